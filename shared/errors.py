@@ -1,0 +1,64 @@
+"""reactq's error types. One root, split by who is at fault.
+
+    ReactqError
+    ├── ConfigError            our misuse: a bad registry file, an unknown model, bad settings
+    ├── RequestError           a caller's bad input, refused at the door (names the field)
+    ├── StructuredOutputError  (also a ValueError) every level of structured_llm_call failed
+    ├── ToolNotFound           the LLM named a tool that is not available to the run
+    ├── ToolError              a tool failed; the LLM sees it as an error observation
+    ├── LLMError               the model endpoint failed after retries
+    │   └── StreamIncomplete   a stream ended without its terminating chunk
+    ├── RunNotFound            no run (or DAG) with that id
+    └── StateConflict          a redelivered step found the run already past it
+
+Every error pickles (Celery stores exceptions in its result backend).
+"""
+
+from __future__ import annotations
+
+
+class ReactqError(Exception):
+    """Root of every error reactq raises on purpose."""
+
+
+class ConfigError(ReactqError):
+    """reactq was configured wrongly; the message says which setting and why."""
+
+
+class RequestError(ReactqError):
+    """A request was refused at the door; ``field`` names the offending field."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (str(self), self.field))
+
+
+class StructuredOutputError(ReactqError, ValueError):
+    """All structured extraction levels failed (SPEC S27)."""
+
+
+class ToolNotFound(ReactqError):
+    """The named tool is not registered or not allowed for this run."""
+
+
+class ToolError(ReactqError):
+    """A tool raised; its message becomes an error observation."""
+
+
+class LLMError(ReactqError):
+    """The LLM endpoint failed (after the client's retries)."""
+
+
+class StreamIncomplete(LLMError):
+    """A streamed completion stopped before ``[DONE]`` / a finish reason."""
+
+
+class RunNotFound(ReactqError):
+    """No run or DAG with that id exists (or it expired)."""
+
+
+class StateConflict(ReactqError):
+    """A step was applied to a run that has already moved past it."""

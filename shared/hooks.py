@@ -1,0 +1,143 @@
+"""Tool-execution hooks: the deterministic enforcement layer (seed "Tool Execution Hooks").
+
+Hooks run in the worker, around every tool call, outside the LLM loop: nothing the LLM
+says can skip them. ``PRE_TOOL_USE`` hooks may block a call or rewrite its arguments;
+``POST_TOOL_USE`` hooks may rewrite the observation. Hooks of one point run in ascending
+priority (ties in registration order); a hook that raises is logged as a side effect and
+never crashes the run (SPEC S36–S36d).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class HookPoint(str, Enum):
+    PRE_TOOL_USE = "pre_tool_use"
+    POST_TOOL_USE = "post_tool_use"
+    SESSION_START = "session_start"
+
+
+@dataclass
+class HookContext:
+    """What a hook sees. ``metadata`` carries the run's request metadata plus
+    ``run_id``, ``tool_call_id`` and ``requires_confirmation``."""
+
+    hook_point: HookPoint
+    tool_name: str | None = None
+    tool_args: dict[str, Any] | None = None
+    tool_result: str | None = None
+    agent_id: str | None = None
+    user_id: str | None = None
+    conversation_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HookResult:
+    allow: bool = True
+    modified_args: dict[str, Any] | None = None
+    modified_result: str | None = None
+    side_effects: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+Handler = Callable[[HookContext], Awaitable[HookResult]]
+
+
+@dataclass
+class Hook:
+    """A named handler at one hook point; ``tool_filter`` is an fnmatch glob."""
+
+    name: str
+    hook_point: HookPoint
+    handler: Handler
+    description: str = ""
+    priority: int = 0
+    tool_filter: str | None = None
+
+    def matches(self, tool_name: str | None) -> bool:
+        if self.tool_filter is None:
+            return True
+        if tool_name is None:
+            return False
+        return fnmatch.fnmatch(tool_name, self.tool_filter)
+
+
+class HookRegistry:
+    """Hooks by point; runs them in priority order and merges their results."""
+
+    def __init__(self, hooks: Iterable[Hook] = ()) -> None:
+        self._hooks: list[Hook] = []
+        for h in hooks:
+            self.register(h)
+
+    def register(self, hook: Hook) -> None:
+        self._hooks.append(hook)
+
+    def __len__(self) -> int:
+        return len(self._hooks)
+
+    def _ordered(self, point: HookPoint, tool_name: str | None) -> list[Hook]:
+        # sorted() is stable, so equal priorities keep registration order.
+        return sorted(
+            (h for h in self._hooks if h.hook_point == point and h.matches(tool_name)),
+            key=lambda h: h.priority,
+        )
+
+    async def _call(self, hook: Hook, ctx: HookContext) -> HookResult:
+        try:
+            return await hook.handler(ctx)
+        except Exception:  # a hook can never crash the agent (S36a)
+            log.exception("hook %s failed", hook.name)
+            return HookResult(allow=True, side_effects=[f"Hook '{hook.name}' failed with exception"])
+
+    async def run_pre_tool(self, ctx: HookContext) -> HookResult:
+        """Run PRE hooks; the first ``allow=False`` stops the chain (S36b)."""
+        args = dict(ctx.tool_args or {})
+        modified: dict[str, Any] | None = None
+        effects: list[str] = []
+        for hook in self._ordered(HookPoint.PRE_TOOL_USE, ctx.tool_name):
+            ctx.tool_args = args
+            res = await self._call(hook, ctx)
+            effects.extend(res.side_effects)
+            if not res.allow:
+                return HookResult(
+                    allow=False,
+                    side_effects=effects,
+                    error=res.error or f"Blocked by hook '{hook.name}'",
+                )
+            if res.modified_args is not None:
+                modified = res.modified_args
+                args = dict(res.modified_args)
+        return HookResult(allow=True, modified_args=modified, side_effects=effects)
+
+    async def run_post_tool(self, ctx: HookContext) -> HookResult:
+        """Run POST hooks, each fed the result as rewritten so far (S36c)."""
+        result = ctx.tool_result
+        modified: str | None = None
+        effects: list[str] = []
+        for hook in self._ordered(HookPoint.POST_TOOL_USE, ctx.tool_name):
+            ctx.tool_result = result
+            res = await self._call(hook, ctx)
+            effects.extend(res.side_effects)
+            if res.modified_result is not None:
+                modified = res.modified_result
+                result = res.modified_result
+        return HookResult(allow=True, modified_result=modified, side_effects=effects)
+
+    async def run_session_start(self, ctx: HookContext) -> HookResult:
+        effects: list[str] = []
+        for hook in sorted(
+            (h for h in self._hooks if h.hook_point == HookPoint.SESSION_START),
+            key=lambda h: h.priority,
+        ):
+            effects.extend((await self._call(hook, ctx)).side_effects)
+        return HookResult(allow=True, side_effects=effects)

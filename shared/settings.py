@@ -1,0 +1,60 @@
+"""Configuration from the environment (pydantic-settings).
+
+Two groups, read once at the edge (worker start, CLI, gateway) and passed inward:
+
+* ``Settings``: deployment (``REACTQ_*``, ``OPENAI_*``).
+* ``EngineConfig``: the seed's loop constants, under the seed's own env var names
+  (``REACT_CYCLE_DETECTION_THRESHOLD`` …). The engine never reads ``os.environ`` itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngineConfig(BaseSettings):
+    """The ReAct loop's constants (SPEC §0.2); defaults are the seed's values."""
+
+    max_iterations: int = Field(50, ge=1, le=200, validation_alias=AliasChoices(
+        "REACTQ_MAX_ITERATIONS", "REACT_MAX_ITERATIONS"))
+    tool_selection_threshold: int = Field(12, ge=0, alias="REACT_TOOL_SELECTION_THRESHOLD")
+    tool_selection_max: int = Field(6, ge=1, alias="REACT_TOOL_SELECTION_MAX")
+    compact_catalog_desc_length: int = Field(80, ge=4, alias="COMPACT_CATALOG_DESC_LENGTH")
+    self_reflection_interval: int = Field(6, ge=1, alias="REACT_SELF_REFLECTION_INTERVAL")
+    cycle_detection_threshold: int = Field(3, ge=1, alias="REACT_CYCLE_DETECTION_THRESHOLD")
+    completion_check_min_tools: int = Field(3, ge=1, alias="REACT_COMPLETION_CHECK_MIN_TOOLS")
+    tool_obs_truncation: int = Field(2000, ge=1, alias="REACT_TOOL_OBS_TRUNCATION")
+    context_budget: int = Field(32000, ge=100, alias="CONTEXT_GUARD_DEFAULT_BUDGET")
+    max_message_chars: int = Field(50000, ge=100, alias="CONTEXT_GUARD_MAX_MSG_CHARS")
+    keep_recent: int = Field(4, ge=1, alias="CONTEXT_GUARD_KEEP_RECENT")
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True,
+                                      populate_by_name=True)
+
+
+class Settings(BaseSettings):
+    """Deployment settings. ``redis_url=None`` means: start the embedded Valkey server."""
+
+    model_config = SettingsConfigDict(env_prefix="REACTQ_", extra="ignore", frozen=True)
+
+    redis_url: str | None = None
+    broker_url: str | None = None
+    key_prefix: str = "reactq:"
+    models: Path | None = None
+    model: str = "gpt-4o-mini"
+    tools: str = ""
+    hooks: str = ""
+    data_dir: Path = Path(".reactq")
+    run_ttl_seconds: int = Field(24 * 3600, ge=1)
+    events_maxlen: int = Field(10_000, ge=100)
+    lease_seconds: float = Field(3.0, gt=0)
+    visibility_timeout: int = Field(3600, ge=10)
+    api_token: str | None = None
+    max_body_bytes: int = Field(1_000_000, ge=1024)
+    openai_api_key: str | None = Field(None, validation_alias="OPENAI_API_KEY")
+    openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
+
+
