@@ -10,8 +10,9 @@ never crashes the run (SPEC S36–S36d).
 from __future__ import annotations
 
 import fnmatch
+import inspect
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
@@ -85,6 +86,10 @@ class HookRegistry:
     def __len__(self) -> int:
         return len(self._hooks)
 
+    def __iter__(self) -> Iterator[Hook]:
+        """The hooks in registration order."""
+        return iter(list(self._hooks))
+
     def _ordered(self, point: HookPoint, tool_name: str | None) -> list[Hook]:
         # sorted() is stable, so equal priorities keep registration order.
         return sorted(
@@ -94,10 +99,18 @@ class HookRegistry:
 
     async def _call(self, hook: Hook, ctx: HookContext) -> HookResult:
         try:
-            return await hook.handler(ctx)
+            res: object = hook.handler(ctx)
+            if inspect.isawaitable(res):  # a plain (sync) handler is tolerated too
+                res = await res
         except Exception:  # a hook can never crash the agent (S36a)
             log.exception("hook %s failed", hook.name)
             return HookResult(allow=True, side_effects=[f"Hook '{hook.name}' failed with exception"])
+        if res is None:  # a handler that forgot to return means "no opinion"
+            return HookResult()
+        if not isinstance(res, HookResult):
+            log.error("hook %s returned %s, not a HookResult", hook.name, type(res).__name__)
+            return HookResult(allow=True, side_effects=[f"Hook '{hook.name}' failed with exception"])
+        return res
 
     async def run_pre_tool(self, ctx: HookContext) -> HookResult:
         """Run PRE hooks; the first ``allow=False`` stops the chain (S36b)."""

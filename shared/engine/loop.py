@@ -1,0 +1,406 @@
+"""The ReAct loop as pure transitions over ``RunState``.
+
+Each function takes the state and what just happened (an LLM reply, tool outcomes,
+drained interrupts, the current time), mutates the state and returns the events it
+produced, with their ``seq`` already assigned. After every transition ``state.phase``
+says what comes next:
+
+* ``"select"``  run tool selection, then ``start``;
+* ``"llm"``     ``begin_turn`` → (compaction) → one ``chat()`` → ``on_llm_reply``;
+* ``"tools"``   run ``state.pending_calls`` (in parallel), then ``on_tool_results``;
+* ``"answer"``  stream the synthesis, then ``finish`` (or ``finish_fallback``);
+* ``"done"``    nothing; ``state.status`` is terminal.
+
+No I/O happens here: the shells (``shared.inprocess``, ``workers``) carry it out.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shared.engine import prompts as P
+from shared.engine.actions import Action, parse_action
+from shared.engine.jsonx import md5_args
+from shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
+from shared.events import Event
+from shared.models import ChatMessage, LLMResult, ToolCallRequest, Usage
+from shared.settings import EngineConfig
+
+
+def emit(state: RunState, channel: str, **data: Any) -> Event:
+    """Make the run's next event (assigns ``seq``)."""
+    state.seq += 1
+    return Event(channel, {**data, "seq": state.seq})
+
+
+def new_run(
+    *,
+    run_id: str,
+    query: str,
+    model: str,
+    native: bool,
+    available_tools: list[str],
+    max_iterations: int,
+    completion_check: bool = True,
+    system_prompt: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    now: float,
+) -> RunState:
+    """A fresh run. ``native`` is the resolved mode (S2): the caller checked the abilities."""
+    return RunState(
+        run_id=run_id,
+        query=query,
+        model=model,
+        mode="native" if native else "json",
+        max_iterations=max_iterations,
+        completion_check=completion_check,
+        system_prompt=system_prompt,
+        metadata=dict(metadata or {}),
+        available_tools=list(available_tools),
+        started_at=now,
+    )
+
+
+def needs_selection(state: RunState, config: EngineConfig) -> bool:
+    """S29: select only when more than the threshold of tools are available."""
+    return len(state.available_tools) > config.tool_selection_threshold
+
+
+def selecting_event(state: RunState) -> Event:
+    return emit(state, "phase", phase="selecting_tools", total_tools=len(state.available_tools))
+
+
+def set_tools(state: RunState, selected: list[str] | None) -> None:
+    """Fix the run's tool set: the selection, or every available tool (``None``)."""
+    state.tool_names = list(state.available_tools) if selected is None else list(selected)
+
+
+def start(state: RunState, schemas: list[dict[str, Any]], *, now: float) -> None:
+    """Build the first messages (S3) from the schemas of the run's tools."""
+    if state.tool_names is None:
+        set_tools(state, None)
+    state.messages = [
+        ChatMessage(role="system", content=P.system_prompt(state.mode, schemas, now=now,
+                                                            extra=state.system_prompt)),
+        ChatMessage(role="user", content=state.query, pinned=True),
+    ]
+    state.phase = "llm"
+
+
+def begin_turn(state: RunState) -> list[Event]:
+    """Start turn ``iteration + 1``: the thinking-start event (S6)."""
+    state.iteration += 1
+    return [emit(state, "step", type="thinking", status="start", iteration=state.iteration)]
+
+
+def llm_request(state: RunState, schemas: list[dict[str, Any]], json_mode: bool) -> dict[str, Any]:
+    """Keyword arguments of this turn's ``chat()`` call (S4, S7)."""
+    if state.mode == "native":
+        return {"tools": schemas or None, "tool_choice": "auto" if schemas else None}
+    return {"response_format": {"type": "json_object"} if json_mode else None}
+
+
+def apply_compaction(state: RunState, messages: list[ChatMessage]) -> list[Event]:
+    """Replace the history with its compacted form; emits ``compact`` when it shrank."""
+    before = len(state.messages)
+    state.messages = messages
+    if len(messages) < before:
+        return [emit(state, "compact", original_messages=before, kept_messages=len(messages))]
+    return []
+
+
+def on_llm_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
+                 config: EngineConfig, *, now: float) -> list[Event]:
+    """Process one loop reply. Interrupts are taken only at the seed's drain points (S54)."""
+    state.usage = state.usage + Usage.from_dict(result.usage)
+    if state.mode == "native":
+        return _on_native_reply(state, result, interrupts, config, now)
+    return _on_json_reply(state, result, interrupts, config, now)
+
+
+def _on_json_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
+                   config: EngineConfig, now: float) -> list[Event]:
+    content = result.message.text()
+    action = parse_action(content, result.message.reasoning_content)
+    state.messages.append(ChatMessage(role="assistant", content=content))
+    events = [_thinking_done(state, action.reasoning)]
+    if action.parse_failed and not state.parse_retried and state.iteration < state.max_iterations:
+        # S60: one reformat request per failure streak; not a drain point (S54).
+        state.parse_retried = True
+        state.messages.append(ChatMessage(role="user", content=P.JSON_REFORMAT_REQUEST))
+        return events + _continue(state, config)
+    if not action.parse_failed:
+        state.parse_retried = False
+    events += _drain(state, interrupts)
+    if action.type == "tool_call":
+        state.verify_pending = False
+        call = ToolCallRequest(id=f"json-{state.iteration}", name=action.tool_name or "",
+                               arguments=action.tool_args)
+        if action.reasoning:
+            state.trace.append(f"Assistant reasoning: {action.reasoning}")
+        return events + _dispatch(state, [call], action.reasoning, now)
+    drained = bool(interrupts)
+    return events + _final_candidate(state, action, drained, config)
+
+
+def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
+                     config: EngineConfig, now: float) -> list[Event]:
+    msg = result.message
+    content = msg.text()
+    calls = list(msg.tool_calls or [])
+    reasoning = msg.reasoning_content or ""
+    state.messages.append(ChatMessage(role="assistant", content=msg.content, tool_calls=calls or None,
+                                      reasoning_content=msg.reasoning_content))
+    events = [_thinking_done(state, reasoning or (content if calls else ""))]
+    if calls:
+        state.verify_pending = False
+        if content:
+            state.trace.append(f"Assistant reasoning: {content}")
+        return events + _dispatch(state, calls, reasoning, now)
+    # S12/S54: a turn without tool calls is the final-answer signal; drain right after it.
+    events += _drain(state, interrupts)
+    action = Action(type="final_answer", reasoning=reasoning, answer=content)
+    return events + _final_candidate(state, action, bool(interrupts), config)
+
+
+def _thinking_done(state: RunState, reasoning: str) -> Event:
+    return emit(state, "step", type="thinking", status="done", iteration=state.iteration,
+                reasoning=reasoning)
+
+
+def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now: float) -> list[Event]:
+    """S11: one start event per call, in call order, before any runs."""
+    state.pending_calls = calls
+    state.pending_reasoning = reasoning
+    state.tools_started_at = now
+    state.phase = "tools"
+    return [
+        emit(state, "step", type="iteration", status="start", iteration=state.iteration,
+             tool_name=c.name, tool_args=c.arguments, tool_call_id=c.id,
+             reasoning=reasoning if i == 0 else "")
+        for i, c in enumerate(calls)
+    ]
+
+
+def _drain(state: RunState, interrupts: list[Interrupt]) -> list[Event]:
+    """S55: an ``inject`` event per message, then one combined, pinned user message."""
+    if not interrupts:
+        return []
+    events = [emit(state, "inject", type="inject", content=i.content, id=i.id) for i in interrupts]
+    state.messages.append(ChatMessage(role="user", pinned=True,
+                                      content=P.interrupt_message([i.content for i in interrupts])))
+    state.interrupt_cursor = interrupts[-1].cursor
+    return events
+
+
+def _final_candidate(state: RunState, action: Action, drained: bool,
+                     config: EngineConfig) -> list[Event]:
+    """The accept / suppress / checklist decision for a final-answer turn (S44–S46, S56)."""
+    if drained and state.iteration < state.max_iterations:
+        return _continue(state, config)  # S56: answer the follow-up first
+    if state.verify_pending:
+        # S46: the verification reply is consumed; ask again for the user-facing answer.
+        state.verify_pending = False
+        state.messages.append(ChatMessage(role="user", content=P.ANSWER_REASK.format(query=state.query)))
+        return _continue(state, config)
+    if (
+        state.completion_check
+        and not state.checklist_fired
+        and state.tool_call_count >= config.completion_check_min_tools
+        and state.max_iterations - state.iteration >= 2
+    ):
+        state.checklist_fired = True
+        state.verify_pending = True
+        state.messages.append(ChatMessage(role="user", content=P.COMPLETION_CHECKLIST))
+        return _continue(state, config)
+    answer = action.answer or ""
+    state.steps.append(StepRecord(type="final_answer", iteration=state.iteration,
+                                  reasoning=action.reasoning, answer=answer))
+    return _to_answer(state, answer)
+
+
+def _continue(state: RunState, config: EngineConfig) -> list[Event]:
+    """Go on to the next turn, or end with the max-iterations summary (S16)."""
+    if state.iteration < state.max_iterations:
+        state.phase = "llm"
+        return []
+    return _to_answer(state, P.MAX_ITERATIONS_ANSWER.format(n=state.max_iterations) + step_summary(state))
+
+
+def _to_answer(state: RunState, answer: str) -> list[Event]:
+    state.answer = answer
+    state.phase = "answer"
+    return [emit(state, "step", type="answer", status="start")]
+
+
+def step_summary(state: RunState) -> str:
+    """S16: one line per step."""
+    if not state.steps:
+        return "(no steps taken)"
+    lines = []
+    for k, s in enumerate(state.steps, 1):
+        if s.type == "final_answer":
+            lines.append(f"  Step {k}: final answer")
+        elif s.error:
+            lines.append(f"  Step {k}: called {s.tool_name} -> ERROR: {s.error}")
+        else:
+            lines.append(f"  Step {k}: called {s.tool_name} -> OK")
+    return "\n".join(lines)
+
+
+def llm_observation(outcome: ToolOutcome) -> str:
+    """What the LLM sees of a tool outcome (S10, S13, S62)."""
+    if outcome.error is not None:
+        return f"Error: {outcome.error}"
+    if outcome.content_type in ("html", "markdown") and outcome.artifacts:
+        return P.ARTIFACT_SUMMARY.format(names=", ".join(a.name for a in outcome.artifacts))
+    if outcome.observation == "":
+        return P.EMPTY_TOOL_OUTPUT.format(name=outcome.tool_name)
+    return outcome.observation
+
+
+def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupts: list[Interrupt],
+                    config: EngineConfig, *, now: float) -> list[Event]:
+    """Append the turn's results in call order, then warnings, interrupts, reflection (S9, S11)."""
+    calls = state.pending_calls
+    ordered = [outcomes[c.id] for c in calls]
+    for call, out in zip(calls, ordered):
+        text = llm_observation(out)
+        if state.mode == "native":
+            state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
+        else:
+            state.messages.append(ChatMessage(role="user", content=f"Observation: {text}"))
+        _record_step(state, call, out, config)
+    events = [_iteration_done(state, c, o, now) for c, o in zip(calls, ordered)]
+    state.tool_call_count += 1 if state.mode == "native" else len(calls)
+    for warning in _cycle_warnings(state, calls, config):
+        state.messages.append(ChatMessage(role="user", content=warning))
+    if state.mode == "native":
+        events += _drain(state, interrupts)
+    _maybe_reflect(state, config)
+    state.pending_calls = []
+    state.pending_reasoning = ""
+    return events + _continue(state, config)
+
+
+def _record_step(state: RunState, call: ToolCallRequest, out: ToolOutcome, config: EngineConfig) -> None:
+    state.steps.append(StepRecord(
+        type="tool_call", iteration=state.iteration, reasoning=state.pending_reasoning,
+        tool_name=call.name, tool_args=call.arguments, tool_call_id=call.id,
+        observation=out.observation, error=out.error, content_type=out.content_type,
+        artifacts=out.artifacts,
+    ))
+    args = json.dumps(call.arguments, ensure_ascii=False)
+    result = f"Error: {out.error}" if out.error is not None else out.observation
+    limit = config.tool_obs_truncation
+    if len(result) > limit:
+        result = result[:limit] + "... (truncated)"
+    state.trace += [f"Tool call: {call.name}({args})", f"Tool result: {result}"]
+
+
+def _iteration_done(state: RunState, call: ToolCallRequest, out: ToolOutcome, now: float) -> Event:
+    ended = out.ended_at or now
+    extra: dict[str, Any] = {}
+    if out.artifacts:
+        extra["artifacts"] = [a.model_dump() for a in out.artifacts]
+    if out.uncertain:
+        extra["uncertain"] = True
+    return emit(
+        state, "step", type="iteration", status="done", iteration=state.iteration,
+        tool_name=call.name, tool_call_id=call.id, tool_args=call.arguments,
+        observation=out.observation, error=out.error,
+        iter_elapsed=round(max(0.0, ended - state.tools_started_at), 2),
+        content_type=out.content_type, **extra,
+    )
+
+
+def _cycle_warnings(state: RunState, calls: list[ToolCallRequest], config: EngineConfig) -> list[str]:
+    """S40–S42: count every call of the batch in call order; warn at the threshold and above."""
+    warnings = []
+    for call in calls:
+        key = f"{call.name}:{md5_args(call.arguments)}"
+        count = state.cycle_counts.get(key, 0) + 1
+        state.cycle_counts[key] = count
+        if count >= config.cycle_detection_threshold:
+            warnings.append(P.CYCLE_WARNING.format(tool_name=call.name, count=count))
+    return warnings
+
+
+def _maybe_reflect(state: RunState, config: EngineConfig) -> None:
+    """S37: every N tool-call turns, unless this was the last turn."""
+    n = state.tool_call_count
+    if n and n % config.self_reflection_interval == 0 and state.iteration < state.max_iterations:
+        state.messages.append(ChatMessage(role="user", content=P.SELF_REFLECTION.format(n=n, query=state.query)))
+
+
+def synthesis_started(state: RunState) -> list[Event]:
+    return [emit(state, "answer", status="start")]
+
+
+def answer_delta(state: RunState, content: str) -> Event:
+    return emit(state, "answer", status="delta", content=content)
+
+
+def fallback_event(state: RunState, error: BaseException | str) -> Event:
+    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return emit(state, "error", message=f"Answer synthesis failed, using the loop's answer: {message}",
+                kind="synthesis_fallback")
+
+
+def finish(state: RunState, answer: str, *, now: float, pending: list[str] | None = None) -> list[Event]:
+    """End a run that produced its answer: ``answer done`` then ``done`` (S77)."""
+    state.final_answer = answer
+    state.status = "succeeded"
+    state.phase = "done"
+    state.ended_at = now
+    events = [emit(state, "answer", status="done")]
+    return events + [_done(state, answer, state.iteration, pending)]
+
+
+def fail(state: RunState, error: BaseException | str, *, now: float, kind: str = "llm_error") -> list[Event]:
+    """End a run that cannot go on (S64, S80): ``error`` then ``done``."""
+    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    _answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    state.status = "failed"
+    state.phase = "done"
+    state.ended_at = now
+    state.error = message
+    answer = f"Agent error: {message}"
+    state.final_answer = answer
+    return [emit(state, "error", message=message, kind=kind), _done(state, answer, 0, None)]
+
+
+def cancel(state: RunState, *, now: float, reason: str = "cancelled by request") -> list[Event]:
+    """End a run on request at a step boundary; open tool calls get an answer (valid history)."""
+    _answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    state.status = "cancelled"
+    state.phase = "done"
+    state.ended_at = now
+    answer = state.answer or ""
+    state.final_answer = answer
+    return [emit(state, "error", message=f"Run cancelled: {reason}", kind="cancelled"),
+            _done(state, answer, state.iteration, None)]
+
+
+def _answer_open_calls(state: RunState, text: str) -> None:
+    for call in state.pending_calls:
+        if state.mode == "native":
+            state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
+        else:
+            state.messages.append(ChatMessage(role="user", content=f"Observation: Error: {text}"))
+    state.pending_calls = []
+
+
+def _done(state: RunState, answer: str, iterations: int, pending: list[str] | None) -> Event:
+    data: dict[str, Any] = {
+        "answer": answer,
+        "iterations": iterations,
+        "usage": state.usage.public(),
+        "elapsed": round((state.ended_at or state.started_at) - state.started_at, 2),
+        "status": state.status,
+        "run_id": state.run_id,
+    }
+    if pending:
+        data["pending_injections"] = pending
+    return emit(state, "done", **data)

@@ -1,0 +1,126 @@
+"""The run's serializable state: everything a worker needs to continue a run.
+
+``RunState`` round-trips through JSON (``dump_state`` / ``load_state``), so a Celery worker
+can stop after any step and another can continue. ``schema_version`` is bumped on every
+incompatible change; ``load_state`` refuses versions it does not know.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, TypeAdapter
+
+from shared.models import Artifact, ChatMessage, ToolCallRequest, Usage
+
+SCHEMA_VERSION = 1
+SCHEMA_VERSION_SUMMARIES = {1: "first persisted shape"}
+
+Phase = Literal["select", "llm", "tools", "answer", "done"]
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+
+
+class StepRecord(BaseModel):
+    """One executed, failed or blocked tool call, or the accepted final answer (S14)."""
+
+    type: Literal["tool_call", "final_answer"]
+    iteration: int
+    reasoning: str = ""
+    tool_name: str | None = None
+    tool_args: dict[str, Any] = Field(default_factory=dict)
+    tool_call_id: str | None = None
+    observation: str | None = None
+    error: str | None = None
+    content_type: str = "text"
+    artifacts: list[Artifact] = Field(default_factory=list)
+    answer: str | None = None
+
+
+class ToolOutcome(BaseModel):
+    """What running one tool call produced (after hooks). ``observation`` is the raw text."""
+
+    tool_call_id: str
+    tool_name: str
+    observation: str = ""
+    error: str | None = None
+    content_type: str = "text"
+    artifacts: list[Artifact] = Field(default_factory=list)
+    blocked: bool = False
+    uncertain: bool = False
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    worker: str | None = None
+    side_effects: list[str] = Field(default_factory=list)
+
+
+class Interrupt(BaseModel):
+    """A user message sent while the run works. ``cursor`` orders messages per run."""
+
+    id: str
+    content: str
+    cursor: str
+
+
+class RunState(BaseModel):
+    """A run between two steps. Mutated in place by ``shared.engine.loop``."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    query: str
+    model: str
+    mode: Literal["json", "native"]
+    max_iterations: int
+    completion_check: bool = True
+    system_prompt: str | None = None
+    """Extra instructions appended to the default system prompt (RunRequest.system_prompt)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    available_tools: list[str] = Field(default_factory=list)
+    """The run's allowlist, resolved when it was created."""
+    tool_names: list[str] | None = None
+    """The tools the loop uses (after selection); None until the run has started."""
+    phase: Phase = "select"
+    status: Status = "running"
+    messages: list[ChatMessage] = Field(default_factory=list)
+    iteration: int = 0
+    tool_call_count: int = 0
+    cycle_counts: dict[str, int] = Field(default_factory=dict)
+    checklist_fired: bool = False
+    verify_pending: bool = False
+    parse_retried: bool = False
+    steps: list[StepRecord] = Field(default_factory=list)
+    trace: list[str] = Field(default_factory=list)
+    """Synthesis trace lines (tool calls, results cut to the synthesis limit, reasoning)."""
+    pending_calls: list[ToolCallRequest] = Field(default_factory=list)
+    pending_reasoning: str = ""
+    tools_started_at: float = 0.0
+    answer: str | None = None
+    """The loop's own (brief) answer; the synthesis falls back to it."""
+    final_answer: str | None = None
+    """The streamed, user-facing answer once the run succeeded."""
+    usage: Usage = Field(default_factory=Usage)
+    seq: int = 0
+    """The seq of the last event this state has produced."""
+    interrupt_cursor: str | None = None
+    started_at: float = 0.0
+    ended_at: float | None = None
+    step_no: int = 0
+    """Bumped on every persisted step; the Celery shell saves with compare-and-set on it."""
+    error: str | None = None
+
+
+_ADAPTER = TypeAdapter(RunState)
+
+
+def dump_state(state: RunState) -> str:
+    return _ADAPTER.dump_json(state).decode()
+
+
+def load_state(raw: str | bytes) -> RunState:
+    state = _ADAPTER.validate_json(raw)
+    if state.schema_version != SCHEMA_VERSION:
+        raise ValueError(
+            f"run state schema version {state.schema_version} is not supported "
+            f"(this reactq reads version {SCHEMA_VERSION})"
+        )
+    return state

@@ -1,0 +1,153 @@
+"""One step of a run per phase, over injected dependencies. Both shells call these.
+
+A step mutates the ``RunState`` and returns the events it produced that were not already
+published. Events a user should see while the step is still working (``thinking start``
+before the LLM call, each answer delta) go out at once through ``io.publish``; the shell
+publishes the returned ones together with the saved state. Every event carries its
+``seq``, so a shell that publishes idempotently by ``seq`` can redo a step safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from shared.engine import loop
+from shared.engine.context import ContextGuard
+from shared.engine.selection import select_tools
+from shared.engine.state import Interrupt, RunState, ToolOutcome
+from shared.engine.synthesis import fallback_chunks, synthesis_messages
+from shared.engine.toolexec import execute_call
+from shared.events import Event
+from shared.hooks import HookRegistry
+from shared.llm.base import LLM, ability
+from shared.settings import EngineConfig
+from shared.tools.base import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EngineDeps:
+    """The live objects a step needs. Built once per process; never serialized."""
+
+    llm: LLM
+    registry: ToolRegistry
+    hooks: HookRegistry = field(default_factory=HookRegistry)
+    config: EngineConfig = field(default_factory=EngineConfig)
+    guard: ContextGuard | None = None
+    selection_llm: LLM | None = None
+    clock: Callable[[], float] = time.time
+
+    def run_registry(self, state: RunState) -> ToolRegistry:
+        """The run's effective tools: the allowlist, narrowed by selection (S35)."""
+        names = state.tool_names if state.tool_names is not None else state.available_tools
+        return self.registry.filtered(names)
+
+    def schemas(self, state: RunState) -> list[dict[str, Any]]:
+        return [t.openai_schema() for t in self.run_registry(state)]
+
+
+class StepIO(Protocol):
+    """The shell's side of a step: live publishing and reading interrupts."""
+
+    async def publish(self, events: list[Event]) -> None: ...
+
+    async def interrupts(self, after: str | None) -> list[Interrupt]: ...
+
+
+async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
+    """Phase ``select``: tool selection when there are many tools, then the first messages."""
+    selected: list[str] | None = None
+    if loop.needs_selection(state, deps.config):
+        await io.publish([loop.selecting_event(state)])
+        available = deps.registry.filtered(state.available_tools)
+        selected = await select_tools(
+            deps.selection_llm or deps.llm, state.query, available,
+            max_tools=deps.config.tool_selection_max,
+            desc_length=deps.config.compact_catalog_desc_length,
+        )
+    loop.set_tools(state, selected)
+    loop.start(state, deps.schemas(state), now=deps.clock())
+    return []
+
+
+async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
+    """Phase ``llm``: one loop turn up to (and including) processing the LLM's reply."""
+    await io.publish(loop.begin_turn(state))
+    events: list[Event] = []
+    if deps.guard is not None:
+        compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
+        events += loop.apply_compaction(state, compacted)
+    request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"))
+    result = await deps.llm.chat(state.messages, **request)
+    interrupts = await io.interrupts(state.interrupt_cursor)
+    return events + loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
+
+
+async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: str | None = None) -> ToolOutcome:
+    """Execute one pending call of the current turn (a Celery subtask runs exactly this)."""
+    call = next(c for c in state.pending_calls if c.id == call_id)
+    return await execute_call(call, registry=deps.run_registry(state), hooks=deps.hooks,
+                              run_id=state.run_id, metadata=state.metadata, clock=deps.clock,
+                              worker=worker)
+
+
+async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
+    """Phase ``tools`` in one process: every call of the turn concurrently (S11)."""
+    outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
+    return await finish_tools(state, deps, io, {o.tool_call_id: o for o in outcomes})
+
+
+async def finish_tools(state: RunState, deps: EngineDeps, io: StepIO,
+                       outcomes: dict[str, ToolOutcome]) -> list[Event]:
+    """The fan-in: all of the turn's outcomes are in; continue the loop."""
+    interrupts = await io.interrupts(state.interrupt_cursor)
+    return loop.on_tool_results(state, outcomes, interrupts, deps.config, now=deps.clock())
+
+
+async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
+                      published_seq: int = 0) -> list[Event]:
+    """Phase ``answer``: stream the synthesis; on failure fall back to the loop's answer (S52).
+
+    ``published_seq`` > ``state.seq`` means an earlier attempt of this step already streamed
+    part of the answer and died: what was sent stays sent and the loop's answer follows,
+    exactly as for a stream that broke (so each ``seq`` is published once).
+    """
+    fallback = state.answer or ""
+    if published_seq > state.seq:
+        state.seq = published_seq
+        answer = await _stream_fallback(state, io, fallback, "the worker streaming the answer stopped")
+    else:
+        await io.publish(loop.synthesis_started(state))
+        answer = await _stream_synthesis(state, deps, io, fallback)
+    leftovers = await io.interrupts(state.interrupt_cursor)
+    return loop.finish(state, answer, now=deps.clock(), pending=[i.content for i in leftovers] or None)
+
+
+async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallback: str) -> str:
+    parts: list[str] = []
+    try:
+        async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
+            if chunk.delta_content:
+                parts.append(chunk.delta_content)
+                await io.publish([loop.answer_delta(state, chunk.delta_content)])
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.warning("answer synthesis failed for run %s: %s", state.run_id, exc)
+        return await _stream_fallback(state, io, fallback, exc)
+    if not parts:
+        return await _stream_fallback(state, io, fallback, "the synthesis returned no text")
+    return "".join(parts)
+
+
+async def _stream_fallback(state: RunState, io: StepIO, text: str, why: BaseException | str) -> str:
+    events = [loop.fallback_event(state, why)]
+    events += [loop.answer_delta(state, c) for c in fallback_chunks(text)]
+    await io.publish(events)
+    return text

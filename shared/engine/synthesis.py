@@ -1,0 +1,66 @@
+"""Answer synthesis (seed "Answer Synthesis"): the prompt over the trace, and the fallback."""
+
+from __future__ import annotations
+
+from shared.engine import prompts as P
+from shared.engine.state import RunState
+from shared.models import ChatMessage
+
+
+def synthesis_messages(state: RunState, *, directive: str | None = None,
+                       language_directive: str | None = None) -> list[ChatMessage]:
+    """S50/S51: the synthesizer's system prompt and ``Question: … Agent execution trace: …``.
+
+    The trace holds every tool call and its result (cut when recorded), in both modes; the
+    completion checklist and its verification reply are never part of it (S47).
+    """
+    system = P.SYNTHESIS_SYSTEM
+    if directive:
+        system += f"\n\n## Agent Directive\n{directive}"
+    if language_directive:
+        system += f"\n- {language_directive}"
+    trace = "\n".join(state.trace) if state.trace else "(no tool calls)"
+    if state.answer:
+        # The loop's own answer is part of the trace: without tools it is all there is.
+        trace += f"\nAssistant answer draft: {state.answer}"
+    return [
+        ChatMessage(role="system", content=system),
+        ChatMessage(role="user", content=f"Question: {state.query}\n\nAgent execution trace:\n{trace}"),
+    ]
+
+
+def fallback_chunks(text: str, size: int = 30) -> list[str]:
+    """S52: the loop's answer as ~``size``-char chunks split at word boundaries.
+
+    Joining the chunks gives back ``text`` exactly.
+    """
+    if not text:
+        return []
+    chunks: list[str] = []
+    current = ""
+    for word in _words(text):
+        if current and len(current) + len(word) > size:
+            chunks.append(current)
+            current = ""
+        current += word
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def _words(text: str) -> list[str]:
+    """Split keeping each word's trailing whitespace, so the pieces concatenate to ``text``."""
+    out: list[str] = []
+    buf = ""
+    for ch in text:
+        if buf and not buf[-1].isspace() and ch.isspace():
+            buf += ch
+            continue
+        if buf and buf[-1].isspace() and not ch.isspace():
+            out.append(buf)
+            buf = ch
+            continue
+        buf += ch
+    if buf:
+        out.append(buf)
+    return out

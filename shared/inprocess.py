@@ -1,0 +1,105 @@
+"""The in-process shell: a whole run in one asyncio process.
+
+Tools of one turn run concurrently with ``asyncio.gather``. It is what unit tests use and
+what ``reactq run --local`` runs. Same engine, same event sequence as the Celery shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import secrets
+import uuid
+
+from shared.engine import loop, steps
+from shared.engine.state import Interrupt, RunState
+from shared.engine.steps import EngineDeps
+from shared.events import Event, EventSink, ListSink
+from shared.llm.base import ability
+from shared.requests import RunRequest
+
+
+class InterruptQueue:
+    """Follow-up messages for one run (S53): ids of 12 hex chars, FIFO, recallable."""
+
+    def __init__(self) -> None:
+        self._items: list[Interrupt] = []
+        self._counter = itertools.count(1)
+
+    def put(self, content: str) -> str:
+        msg_id = secrets.token_hex(6)
+        self._items.append(Interrupt(id=msg_id, content=content, cursor=f"{next(self._counter):012d}"))
+        return msg_id
+
+    def recall(self, msg_id: str) -> bool:
+        before = len(self._items)
+        self._items = [i for i in self._items if i.id != msg_id]
+        return len(self._items) < before
+
+    def after(self, cursor: str | None) -> list[Interrupt]:
+        # Cursors are zero-padded, so string order is numeric order.
+        return [i for i in self._items if cursor is None or i.cursor > cursor]
+
+
+class _IO:
+    def __init__(self, sink: EventSink, queue: InterruptQueue | None) -> None:
+        self.sink = sink
+        self.queue = queue
+
+    async def publish(self, events: list[Event]) -> None:
+        if events:
+            await self.sink.emit(events)
+
+    async def interrupts(self, after: str | None) -> list[Interrupt]:
+        return self.queue.after(after) if self.queue else []
+
+
+def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = None) -> RunState:
+    """A fresh run for ``request`` (mode resolved from the model's abilities, S2)."""
+    native = request.mode != "json" and ability(deps.llm, "tool_call")
+    available = request.tools if request.tools is not None else deps.registry.names()
+    return loop.new_run(
+        run_id=run_id or uuid.uuid4().hex, query=request.query,
+        model=request.model or deps.llm.name, native=native, available_tools=available,
+        max_iterations=request.max_iterations, completion_check=request.completion_check,
+        system_prompt=request.system_prompt, metadata=request.metadata, now=deps.clock(),
+    )
+
+
+async def advance(state: RunState, deps: EngineDeps, io: steps.StepIO) -> list[Event]:
+    """Run the step for the state's phase; an error ends the run as ``failed`` (S64)."""
+    try:
+        if state.phase == "select":
+            return await steps.select_step(state, deps, io)
+        if state.phase == "llm":
+            return await steps.llm_step(state, deps, io)
+        if state.phase == "tools":
+            return await steps.tools_step(state, deps, io)
+        if state.phase == "answer":
+            return await steps.answer_step(state, deps, io)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return loop.fail(state, exc, now=deps.clock())
+    raise RuntimeError(f"run {state.run_id} has nothing to do in phase {state.phase!r}")
+
+
+async def run_local(
+    request: RunRequest | str,
+    deps: EngineDeps,
+    *,
+    sink: EventSink | None = None,
+    interrupts: InterruptQueue | None = None,
+    cancel: asyncio.Event | None = None,
+    run_id: str | None = None,
+) -> RunState:
+    """Run to the end in this process; returns the final state (``status`` is terminal)."""
+    req = RunRequest(query=request) if isinstance(request, str) else request
+    state = new_state(req, deps, run_id=run_id)
+    io = _IO(sink or ListSink(), interrupts)
+    while state.phase != "done":
+        if cancel is not None and cancel.is_set():
+            await io.publish(loop.cancel(state, now=deps.clock()))
+            break
+        await io.publish(await advance(state, deps, io))
+    return state

@@ -1,0 +1,82 @@
+"""Requests accepted at the door: ``RunRequest`` and ``DagRequest`` (DESIGN.md "Public contract").
+
+Validation happens here, before anything is enqueued; errors name the field and the limit.
+Checks that need the registries (unknown model or tool names) are in ``check_run_request``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from shared.errors import RequestError
+
+Mode = Literal["auto", "json", "native"]
+ModelHint = Literal["fast", "reasoning"]
+
+
+class RunRequest(BaseModel):
+    """One agent run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(..., min_length=1, max_length=100_000)
+    model: str | None = None
+    tools: list[str] | None = None
+    mode: Mode = "auto"
+    max_iterations: int = Field(50, ge=1, le=200)
+    completion_check: bool = True
+    system_prompt: str | None = Field(None, max_length=100_000)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("query must contain non-whitespace characters")
+        return v
+
+
+class PlanStepIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(..., min_length=1, max_length=100)
+    task: str = Field(..., min_length=1, max_length=20_000)
+    dependencies: list[str] = Field(default_factory=list)
+    tool_hint: str | None = None
+    model_hint: ModelHint | None = None
+
+
+class DagRequest(BaseModel):
+    """A goal, optionally with a user-supplied plan."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    goal: str = Field(..., min_length=1, max_length=100_000)
+    steps: list[PlanStepIn] | None = Field(None, max_length=100)
+    model: str | None = None
+    tools: list[str] | None = None
+    max_concurrency: int = Field(5, ge=1, le=50)
+    max_rounds: int = Field(3, ge=1, le=5)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+
+
+def check_names(field: str, names: list[str] | None, known: list[str], what: str) -> None:
+    """Refuse names that are not registered, naming the field and what is available."""
+    if names is None:
+        return
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise RequestError(
+            f"{field}: unknown {what} {unknown}; available: {sorted(known)}", field=field
+        )
+
+
+def check_run_request(req: RunRequest, *, tools: list[str], models: list[str]) -> None:
+    """The registry-dependent part of validation (unknown tool or model names)."""
+    check_names("tools", req.tools, tools, "tool names")
+    if req.model is not None:
+        check_names("model", [req.model], models, "model")

@@ -1,0 +1,67 @@
+"""Loading tools from ``REACTQ_TOOLS`` and building a worker's tool registry.
+
+``REACTQ_TOOLS`` is a comma-separated list of ``module:attr`` entries, for example
+``REACTQ_TOOLS="myapp.tools:TOOLS, myapp.search:make_search_tool"``. Each ``attr`` may be
+
+* a :class:`~shared.tools.base.Tool` (e.g. a function decorated with ``@tool``),
+* a list or tuple of ``Tool``\\ s,
+* a :class:`~shared.tools.base.ToolRegistry`, or
+* a zero-argument callable returning one of those (called once, at load time).
+
+Every problem (bad entry, import failure, wrong type, a factory that raises, two tools
+with one name) is a :class:`~shared.errors.ConfigError` naming the entry and the reason,
+raised at worker start rather than in the middle of a run.
+
+:func:`default_registry` is what workers and ``reactq run --local`` use: the built-in
+tools (:mod:`shared.tools.builtins`) followed by the loaded ones. A loaded tool with the
+name of a built-in **replaces** that built-in (a warning is logged), so a deployment can
+supply its own ``calculator``; two loaded tools with one name are an error.
+
+Hooks are loaded the same way by :mod:`shared.hooks_loader` (``REACTQ_HOOKS``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from shared.plugins import entry_error, load_entries
+from shared.settings import Settings
+from shared.tools.base import Tool, ToolRegistry
+from shared.tools.builtins import BUILTIN_TOOLS
+
+__all__ = ["default_registry", "load_tools"]
+
+log = logging.getLogger(__name__)
+
+
+def load_tools(spec: str | Iterable[str] | None, *, setting: str = "REACTQ_TOOLS") -> list[Tool]:
+    """The tools named by ``spec`` (``"module:attr, module:attr"``), in spec order.
+
+    ``setting`` names the configuration source in error messages.
+    """
+    tools: list[Tool] = []
+    origin: dict[str, str] = {}
+    for entry, items in load_entries(
+        spec, setting=setting, item_type=Tool, container_types=(ToolRegistry,)
+    ):
+        for t in items:
+            if t.name in origin:
+                where = "the same entry" if origin[t.name] == entry else f"entry '{origin[t.name]}'"
+                raise entry_error(
+                    setting, entry, f"tool '{t.name}' is already provided by {where}"
+                )
+            origin[t.name] = entry
+            tools.append(t)
+    return tools
+
+
+def default_registry(settings: Settings) -> ToolRegistry:
+    """Built-in tools plus ``load_tools(settings.tools)``; loaded tools override built-ins."""
+    loaded = load_tools(settings.tools)
+    loaded_names = {t.name for t in loaded}
+    for name in loaded_names & {t.name for t in BUILTIN_TOOLS}:
+        log.warning("REACTQ_TOOLS replaces the built-in tool '%s'", name)
+    return ToolRegistry(
+        [t for t in BUILTIN_TOOLS if t.name not in loaded_names] + loaded
+    )
