@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from shared.errors import ConfigError
 
@@ -105,34 +105,36 @@ def load_entries(
     out: list[tuple[str, list[T]]] = []
     for entry in split_spec(spec):
         obj = import_entry(entry, setting=setting)
-        if _kind(obj, item_type, container_types) is None and callable(obj) and not inspect.isclass(obj):
+        found = _as_list(obj, item_type, container_types)
+        if found is None and callable(obj) and not inspect.isclass(obj):
             obj = _call_factory(obj, setting=setting, entry=entry)
-        kind = _kind(obj, item_type, container_types)
-        if kind is None:
-            names = [item_type.__name__, f"a list of {item_type.__name__}s"]
-            names += [c.__name__ for c in container_types]
+            found = _as_list(obj, item_type, container_types)
+        if found is None:
+            kinds = [item_type.__name__, f"a list of {item_type.__name__}s"]
+            kinds += [c.__name__ for c in container_types]
             raise entry_error(
                 setting, entry,
-                f"is a {type(obj).__name__}; expected {', '.join(names)}, "
+                f"is of type {type(obj).__name__}; expected {', '.join(kinds)}, "
                 f"or a zero-argument callable returning one",
             )
-        if kind == "item":
-            items: list[object] = [obj]
-        else:
-            items = list(obj)  # type: ignore[call-overload]
-        for i, item in enumerate(items):
+        items: list[T] = []
+        for i, item in enumerate(found):
             if not isinstance(item, item_type):
                 raise entry_error(
                     setting, entry,
-                    f"item {i} is a {type(item).__name__}, not a {item_type.__name__}",
+                    f"item {i} is of type {type(item).__name__}, not {item_type.__name__}",
                 )
-        out.append((entry, [x for x in items if isinstance(x, item_type)]))
+            items.append(item)
+        out.append((entry, items))
     return out
 
 
-def _kind(obj: object, item_type: type, container_types: tuple[type, ...]) -> str | None:
+def _as_list(
+    obj: object, item_type: type, container_types: tuple[type, ...]
+) -> list[object] | None:
+    """``[obj]`` for one item, the elements of a list/tuple/container, else ``None``."""
     if isinstance(obj, item_type):
-        return "item"
+        return [obj]
     if isinstance(obj, list | tuple) or (container_types and isinstance(obj, container_types)):
-        return "many"
+        return list(cast(Iterable[object], obj))
     return None

@@ -38,7 +38,8 @@ class EngineConfig(BaseSettings):
 class Settings(BaseSettings):
     """Deployment settings. ``redis_url=None`` means: start the embedded Valkey server."""
 
-    model_config = SettingsConfigDict(env_prefix="REACTQ_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="REACTQ_", extra="ignore", frozen=True,
+                                      populate_by_name=True)
 
     redis_url: str | None = None
     broker_url: str | None = None

@@ -81,13 +81,13 @@ def _parse(candidate: str) -> dict[str, Any] | None:
 def _balanced_objects(text: str) -> Iterator[str]:
     """Each balanced ``{…}`` span, in order of its opening brace."""
     start = text.find("{")
-    tried = 0
-    while start != -1 and tried < _MAX_BRACE_CANDIDATES:
+    for _ in range(_MAX_BRACE_CANDIDATES):
+        if start == -1:
+            return
         end = _matching_brace(text, start)
-        if end is None:
-            return  # Unbalanced from here on: later openings sit inside this one.
-        yield text[start : end + 1]
-        tried += 1
+        # An unbalanced opening (e.g. "{name" in prose) may still hold a real object.
+        if end is not None:
+            yield text[start : end + 1]
         start = text.find("{", start + 1)
 
 

@@ -126,7 +126,7 @@ async def structured_llm_call(
     schema: dict[str, Any],
     function_name: str,
     *,
-    parse_fn: Callable[[dict[str, Any]], T | None] | None = None,
+    parse_fn: Callable[[dict[str, Any]], Any] | None = None,
     regex_fallback: Callable[[str], dict[str, Any] | None] | None = None,
     default_value: Any = _UNSET,
     temperature: float | None = None,

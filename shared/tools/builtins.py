@@ -104,8 +104,8 @@ def _pow(base: Number, exponent: Number) -> Number:
         # The result has at least (bits(base) - 1) * exponent bits: refuse before computing.
         if (abs(base).bit_length() - 1) * exponent > _MAX_INT_BITS:
             raise ToolError(f"Result too large: more than {MAX_INT_DIGITS} digits")
-    result = operator.pow(base, exponent)
-    if isinstance(result, complex):
+    result: object = operator.pow(base, exponent)
+    if not isinstance(result, int | float):  # a negative base to a fractional power
         raise ToolError("Result is not a real number (fractional power of a negative number)")
     return result
 
@@ -198,6 +198,7 @@ def _eval_node(node: ast.AST) -> Number:
 
 def _eval_call(node: ast.Call) -> Number:
     if not isinstance(node.func, ast.Name):
+        _eval_node(node.func)  # names the real problem, e.g. attribute access
         raise ToolError("Unsupported expression: only calls of the allowed functions by name")
     name = node.func.id
     fn = _FUNCTIONS.get(name)

@@ -1,0 +1,160 @@
+"""The dispatcher's Python API: submit runs, watch their events, talk to them.
+
+    d = Dispatcher()                      # settings from the environment
+    h = d.submit(RunRequest(query="what is 17*23?"))
+    for stream_id, event in h.events():   # blocking; resumable with after=stream_id
+        ...
+    h.result(timeout=60)                  # the stored result once the run ended
+
+Tasks are enqueued by name (``send_task``), so this module imports no task or tool code.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any
+
+import redis
+from celery import Celery
+
+from shared.engine.state import TERMINAL_STATUSES
+from shared.errors import RequestError, RunNotFound
+from shared.events import Event
+from shared.keys import Keys
+from shared.redisconn import redis_url
+from shared.requests import RunRequest, check_run_request
+from shared.settings import Settings
+from shared.store import RunStore
+from workers.config import ITERATE, RUNS_QUEUE, celery_config
+
+
+class RunHandle:
+    """One submitted run. Cheap to create from an id (``Dispatcher.handle``)."""
+
+    def __init__(self, dispatcher: Dispatcher, run_id: str, *, created: bool = True) -> None:
+        self.d = dispatcher
+        self.run_id = run_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"RunHandle({self.run_id!r})"
+
+    def status(self) -> dict[str, Any]:
+        """``{run_id, status, created_at, updated_at, events, result}``."""
+        return self.d.store.status(self.run_id)
+
+    def events(self, after: str | None = None, *, block_ms: int = 1000,
+               until_done: bool = True, timeout: float | None = None) -> Iterator[tuple[str, Event]]:
+        """Yield ``(stream_id, event)`` from after ``after`` (None = the start), waiting for
+        new ones; stops after the ``done`` event (or at ``timeout`` seconds)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = after
+        while True:
+            batch = self.d.store.read_events(self.run_id, cursor, block_ms=block_ms)
+            for stream_id, event in batch:
+                cursor = stream_id
+                yield stream_id, event
+                if until_done and event.channel == "done":
+                    return
+            if not batch:
+                if deadline is not None and time.monotonic() > deadline:
+                    return
+                if not until_done:
+                    return
+                self.d.store.load(self.run_id)  # raises RunNotFound once it expired
+
+    def interrupt(self, text: str) -> str:
+        """Send a follow-up message; it reaches the run at its next drain point."""
+        if not text.strip():
+            raise RequestError("content must not be empty", field="content")
+        if self.status()["status"] in TERMINAL_STATUSES:
+            raise RequestError(f"run {self.run_id} has already ended", field="run_id")
+        return self.d.store.add_interrupt(self.run_id, text)
+
+    def cancel(self) -> None:
+        """Ask the run to stop at its next step boundary (it ends ``cancelled``)."""
+        rec = self.d.store.load(self.run_id)
+        if rec.status in TERMINAL_STATUSES:
+            return
+        self.d.store.request_cancel(self.run_id)
+        # Nudge: a run waiting on slow tools ends now instead of when they report.
+        self.d.send(ITERATE, [self.run_id, rec.step_no])
+
+    def result(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
+        """Wait until the run ended; returns its stored result. ``TimeoutError`` otherwise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st["status"] in TERMINAL_STATUSES and st["result"] is not None:
+                return {"run_id": self.run_id, **st["result"]}
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {self.run_id} still {st['status']} after {timeout}s")
+            time.sleep(poll)
+
+
+class Dispatcher:
+    """Submits runs to the workers and reads them back from Redis."""
+
+    def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
+        self.settings = settings or Settings()
+        self.keys = Keys(self.settings.key_prefix)
+        self._redis = redis_client
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return self._redis or redis.Redis.from_url(redis_url(self.settings))
+
+    @cached_property
+    def store(self) -> RunStore:
+        return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
+                        maxlen=self.settings.events_maxlen)
+
+    @cached_property
+    def celery(self) -> Celery:
+        app = Celery("reactq-dispatcher")
+        app.conf.update(celery_config(self.settings))
+        return app
+
+    @cached_property
+    def catalog(self) -> tuple[list[str], list[str]]:
+        """(tool names, model names) for validation at the door."""
+        from shared.llm.registry import load_registry
+        from shared.tools.loader import default_registry
+
+        return default_registry(self.settings).names(), load_registry(self.settings).list_models()
+
+    def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE) -> None:
+        self.celery.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
+
+    def validate(self, request: RunRequest | dict[str, Any]) -> RunRequest:
+        """Pydantic validation plus registry checks; raises with the field named."""
+        req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
+        tools, models = self.catalog
+        check_run_request(req, tools=tools, models=models)
+        return req
+
+    def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None) -> RunHandle:
+        """Validate, store and enqueue a run. An ``idempotency_key`` seen before returns the
+        existing run and enqueues nothing."""
+        req = self.validate(request)
+        rid, created = self.store.create(run_id or uuid.uuid4().hex, req.model_dump(mode="json"),
+                                         idempotency_key=req.idempotency_key)
+        if created:
+            self.send(ITERATE, [rid, 0])
+        return RunHandle(self, rid, created=created)
+
+    def handle(self, run_id: str) -> RunHandle:
+        """A handle for an existing run (``RunNotFound`` if there is none)."""
+        self.store.status(run_id)
+        return RunHandle(self, run_id, created=False)
+
+    def workers_seen(self, timeout: float = 1.0) -> list[str]:
+        """Names of workers that answered a ping."""
+        replies = self.celery.control.ping(timeout=timeout) or []
+        return [name for r in replies for name in r]
+
+
+__all__ = ["Dispatcher", "RunHandle", "RunNotFound"]

@@ -1,0 +1,51 @@
+"""Loading hooks from ``REACTQ_HOOKS`` and building a worker's hook registry.
+
+``REACTQ_HOOKS`` is a comma-separated list of ``module:attr`` entries, like
+``REACTQ_TOOLS`` (see :mod:`shared.tools.loader`). Each ``attr`` may be
+
+* a :class:`~shared.hooks.Hook`,
+* a list or tuple of ``Hook``\\ s,
+* a :class:`~shared.hooks.HookRegistry`, or
+* a zero-argument callable returning one of those (called once, at load time;
+  e.g. ``shared.builtin_hooks:read_only_mode``).
+
+Every problem is a :class:`~shared.errors.ConfigError` naming the entry and the reason.
+Hooks are loaded in the worker (DESIGN invariant 4): the gateway never imports them.
+
+:func:`default_hooks` is what workers use: fresh instances of the S36f built-ins
+(``result_truncator``, ``rate_limiter``, ``connector_call_logger``; see
+:mod:`shared.builtin_hooks`) followed by the loaded hooks. Pass ``builtins=False`` to
+leave the built-ins out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from shared.builtin_hooks import builtin_hooks
+from shared.hooks import Hook, HookRegistry
+from shared.plugins import load_entries
+from shared.settings import Settings
+
+__all__ = ["default_hooks", "load_hooks"]
+
+
+def load_hooks(
+    spec: str | Iterable[str] | None, *, setting: str = "REACTQ_HOOKS"
+) -> HookRegistry:
+    """A registry of the hooks named by ``spec``, registered in spec order."""
+    registry = HookRegistry()
+    for _entry, hooks in load_entries(
+        spec, setting=setting, item_type=Hook, container_types=(HookRegistry,)
+    ):
+        for hook in hooks:
+            registry.register(hook)
+    return registry
+
+
+def default_hooks(settings: Settings, *, builtins: bool = True) -> HookRegistry:
+    """The S36f built-ins (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
+    registry = HookRegistry(builtin_hooks() if builtins else ())
+    for hook in load_hooks(settings.hooks):
+        registry.register(hook)
+    return registry

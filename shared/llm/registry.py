@@ -1,0 +1,259 @@
+"""The model registry: named LLMs with roles (SPEC S95–S97), loaded from TOML or the environment.
+
+Roles in use: ``general`` (the default), ``fast``, ``reasoning``, ``smart`` (DAG planner,
+analyzer and synthesis). Any other role string is accepted and simply looked up by name.
+
+What callers may rely on:
+
+* ``ModelRegistry`` behaves as SPEC S95 says; ``resolve(hint)`` is S97's role lookup with
+  the fallback to the default model.
+* ``load_registry(settings)`` reads ``settings.models`` (a TOML file, see DESIGN.md "Model
+  registry file") or, without a file, registers one model named ``settings.model`` under
+  every role. Every problem in the file raises ``ConfigError`` naming the file, the
+  ``[models.<name>]`` entry and the field.
+* API keys are read from the environment variable named by ``api_key_env`` when the file is
+  loaded (an unset variable is a ``ConfigError``); they never appear in ``repr()``/``str()``
+  of the registry, a spec or an LLM, nor in ``ModelSpec`` (which the ``reactq models`` CLI
+  prints).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
+
+from shared.errors import ConfigError
+from shared.llm.base import LLM
+from shared.llm.openai import OpenAILLM
+from shared.settings import Settings
+
+__all__ = ["ModelRegistry", "ModelSpec", "ModelEntry", "Abilities", "DEFAULT_ROLES",
+           "load_model_specs", "load_registry"]
+
+#: Roles the env-only registry gives its single model (DESIGN.md).
+DEFAULT_ROLES: tuple[str, ...] = ("general", "fast", "reasoning", "smart")
+
+
+class Abilities(BaseModel):
+    """A model's abilities as written in the registry file. Unset keys stay absent from
+    ``as_dict()`` (missing ⇒ False for the engine, except ``tool_choice`` ⇒ True)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tool_call: StrictBool | None = None
+    json_mode: StrictBool | None = None
+    vision: StrictBool | None = None
+    streaming: StrictBool | None = None
+    thinking: StrictBool | None = None
+    tool_choice: StrictBool | None = None
+
+    def as_dict(self) -> dict[str, bool]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class ModelEntry(BaseModel):
+    """One ``[models.<name>]`` table of the registry file (unknown keys are errors: a typo
+    must not silently drop a setting)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    base_url: str | None = None
+    api_key_env: str | None = Field(None, min_length=1)
+    roles: list[str] = Field(default_factory=list)
+    abilities: Abilities = Field(default_factory=Abilities)
+    context_size: int | None = Field(None, gt=0)
+    max_tokens: int | None = Field(None, gt=0)
+    temperature: float | None = Field(None, ge=0, le=2)
+    max_retries: int = Field(2, ge=0, le=20)
+    timeout: float = Field(60.0, gt=0)
+    extra_headers: dict[str, str] = Field(default_factory=dict)
+
+
+class _RegistryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    models: dict[str, ModelEntry] = Field(min_length=1)
+
+
+class ModelSpec(BaseModel):
+    """The public description of a registered model (no secrets): what ``reactq models``
+    lists."""
+
+    name: str
+    model: str
+    base_url: str | None = None
+    roles: list[str] = Field(default_factory=list)
+    abilities: dict[str, bool] = Field(default_factory=dict)
+    context_size: int | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    api_key_env: str | None = None
+
+
+class ModelRegistry:
+    """Named LLMs with roles, in registration order (SPEC S95)."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, LLM] = {}
+        self._roles: dict[str, list[str]] = {}
+        self._specs: dict[str, ModelSpec] = {}
+
+    def register(self, name: str, llm: LLM, roles: Iterable[str] | None = None, *,
+                 spec: ModelSpec | None = None) -> None:
+        """Add a model. A name already registered ⇒ ``ValueError``."""
+        if name in self._models:
+            raise ValueError(f"Model '{name}' is already registered")
+        self._models[name] = llm
+        self._roles[name] = list(roles or [])
+        if spec is not None:
+            self._specs[name] = spec
+
+    def get(self, name: str) -> LLM:
+        """The model called ``name``; unknown ⇒ ``KeyError``."""
+        try:
+            return self._models[name]
+        except KeyError:
+            raise KeyError(f"No model registered with name '{name}'") from None
+
+    def get_by_role(self, role: str) -> LLM:
+        """The first model registered with ``role``; none ⇒ ``KeyError``."""
+        for name, roles in self._roles.items():
+            if role in roles:
+                return self._models[name]
+        raise KeyError(f"No model registered for role '{role}'")
+
+    def get_default(self) -> LLM:
+        """The first ``general`` model, else the first registered; empty ⇒ ``RuntimeError``."""
+        if not self._models:
+            raise RuntimeError("Model registry is empty")
+        try:
+            return self.get_by_role("general")
+        except KeyError:
+            return next(iter(self._models.values()))
+
+    def resolve(self, hint: str | None) -> LLM:
+        """The model for a role hint (``None`` ⇒ ``general``), falling back to the default
+        when no model has that role (SPEC S97). Empty registry ⇒ ``RuntimeError``."""
+        try:
+            return self.get_by_role(hint or "general")
+        except KeyError:
+            return self.get_default()
+
+    def list_models(self) -> list[str]:
+        """Model names in registration order."""
+        return list(self._models)
+
+    def roles_of(self, name: str) -> list[str]:
+        """The roles ``name`` was registered with; unknown ⇒ ``KeyError``."""
+        self.get(name)
+        return list(self._roles[name])
+
+    def spec_of(self, name: str) -> ModelSpec:
+        """The public description of ``name`` (built from the LLM when none was given)."""
+        llm = self.get(name)
+        spec = self._specs.get(name)
+        if spec is not None:
+            return spec
+        return ModelSpec(name=name, model=str(getattr(llm, "model", llm.name)),
+                         base_url=getattr(llm, "base_url", None), roles=self.roles_of(name),
+                         abilities=dict(llm.abilities), context_size=llm.context_size)
+
+    def specs(self) -> list[ModelSpec]:
+        """``spec_of`` for every model, in registration order."""
+        return [self.spec_of(n) for n in self._models]
+
+    def __len__(self) -> int:
+        return len(self._models)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._models
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}{self._roles[n]}" for n in self._models)
+        return f"ModelRegistry({inner})"
+
+    __str__ = __repr__
+
+
+def _format_errors(path: Path, exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors(include_url=False):
+        loc = [str(p) for p in err["loc"]]
+        if len(loc) >= 2 and loc[0] == "models":
+            where = f"[models.{loc[1]}]"
+            field = ".".join(loc[2:])
+            lines.append(f"{where} {field}: {err['msg']}" if field else f"{where}: {err['msg']}")
+        else:
+            lines.append(f"{'.'.join(loc) or '<top level>'}: {err['msg']}")
+    return f"{path}: " + "; ".join(lines)
+
+
+def _read_file(path: Path) -> _RegistryFile:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"model registry file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(f"model registry file {path} cannot be read: {exc}") from exc
+    try:
+        data: dict[str, Any] = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+    try:
+        return _RegistryFile.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(path, exc)) from None
+
+
+def _spec(name: str, entry: ModelEntry) -> ModelSpec:
+    return ModelSpec(name=name, model=entry.model, base_url=entry.base_url, roles=entry.roles,
+                     abilities=entry.abilities.as_dict(), context_size=entry.context_size,
+                     max_tokens=entry.max_tokens, temperature=entry.temperature,
+                     api_key_env=entry.api_key_env)
+
+
+def load_model_specs(path: str | Path) -> list[ModelSpec]:
+    """Validate a registry file and describe its models, without reading any key."""
+    path = Path(path)
+    return [_spec(name, entry) for name, entry in _read_file(path).models.items()]
+
+
+def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) -> ModelRegistry:
+    """Build the registry from ``settings`` (``REACTQ_MODELS`` file, else the env default).
+
+    ``environ`` (default ``os.environ``) is where ``api_key_env`` variables are read.
+    """
+    env = os.environ if environ is None else environ
+    registry = ModelRegistry()
+    if settings.models is None:
+        roles = list(DEFAULT_ROLES)
+        abilities = {"tool_call": True, "json_mode": True}
+        llm = OpenAILLM(settings.model, base_url=settings.openai_base_url,
+                        api_key=settings.openai_api_key, abilities=abilities)
+        registry.register(settings.model, llm, roles, spec=ModelSpec(
+            name=settings.model, model=settings.model, base_url=settings.openai_base_url,
+            roles=roles, abilities=abilities, api_key_env="OPENAI_API_KEY"))
+        return registry
+
+    path = Path(settings.models)
+    for name, entry in _read_file(path).models.items():
+        api_key: str | None = None
+        if entry.api_key_env:
+            api_key = env.get(entry.api_key_env)
+            if not api_key:
+                # The file asks for a key: failing now beats a 401 on the first run.
+                raise ConfigError(f"{path}: [models.{name}] api_key_env: environment variable "
+                                  f"{entry.api_key_env} is not set")
+        llm = OpenAILLM(entry.model, base_url=entry.base_url, api_key=api_key,
+                        abilities=entry.abilities.as_dict(), context_size=entry.context_size,
+                        max_retries=entry.max_retries, timeout=entry.timeout, name=name,
+                        extra_headers=entry.extra_headers or None, max_tokens=entry.max_tokens,
+                        temperature=entry.temperature)
+        registry.register(name, llm, entry.roles, spec=_spec(name, entry))
+    return registry

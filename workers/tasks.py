@@ -1,0 +1,72 @@
+"""Celery tasks: thin wiring around ``workers.drive``. Payloads carry ids, never histories.
+
+| task              | queue         | args                         | does                           |
+|-------------------|---------------|------------------------------|--------------------------------|
+| ``reactq.iterate``| reactq.runs   | run_id, step_no (None=resume)| tool selection, one LLM turn, or the fan-in after tools |
+| ``reactq.tool``   | reactq.tools  | run_id, step_no, call_id     | one tool call (hooks + tool)   |
+| ``reactq.answer`` | reactq.runs   | run_id, step_no              | the streamed synthesis, `done` |
+
+Each holds a lease while it runs (``workers/lease.py``); the watchdog started with the
+worker resends a task whose worker died.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import signals
+
+from workers import drive
+from workers.app import app
+from workers.lease import Watchdog
+from workers.runtime import runtime
+
+log = logging.getLogger(__name__)
+
+
+def send(task: str, args: list[Any], queue: str) -> None:
+    """Enqueue by name; Flower shows the run id and step, nothing else."""
+    app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
+
+
+@app.task(name="reactq.iterate", ignore_result=True)
+def iterate(run_id: str, step_no: int | None = None) -> None:
+    rt = runtime()
+    with rt.leases.hold(f"run:{run_id}", "reactq.iterate", [run_id, None], drive.RUNS) as held:
+        if held:
+            drive.iterate(rt, run_id, step_no, send)
+
+
+@app.task(name="reactq.answer", ignore_result=True)
+def answer(run_id: str, step_no: int | None = None) -> None:
+    rt = runtime()
+    with rt.leases.hold(f"run:{run_id}", "reactq.answer", [run_id, None], drive.RUNS) as held:
+        if held:
+            drive.answer(rt, run_id, step_no, send)
+
+
+@app.task(name="reactq.tool", ignore_result=True)
+def tool(run_id: str, step_no: int, call_id: str) -> None:
+    rt = runtime()
+    member = f"tool:{run_id}:{call_id}"
+    with rt.leases.hold(member, "reactq.tool", [run_id, step_no, call_id], drive.TOOLS) as held:
+        if held:
+            drive.tool(rt, run_id, step_no, call_id, send)
+
+
+_watchdog: Watchdog | None = None
+
+
+@signals.worker_ready.connect
+def _start_watchdog(**_: Any) -> None:
+    global _watchdog
+    if _watchdog is None:
+        _watchdog = Watchdog(runtime().leases, send)
+        _watchdog.start()
+
+
+@signals.worker_shutdown.connect
+def _stop_watchdog(**_: Any) -> None:
+    if _watchdog is not None:
+        _watchdog.stopped.set()
