@@ -319,7 +319,10 @@ class ScriptedServer:
     def _bind(self) -> socket.socket:
         # Binding the socket ourselves (port 0 = any free port) avoids the
         # pick-a-port-then-bind race between parallel test processes.
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # proto must be IPPROTO_TCP (not the default 0): asyncio only sets TCP_NODELAY on
+        # accepted sockets whose proto says TCP, and without it every response waits
+        # ≈ 40 ms for a delayed ACK (Nagle).
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((self.host, self._requested_port))
         sock.listen(4096)  # room for a thousand held requests

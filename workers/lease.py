@@ -65,8 +65,10 @@ return out
 
 
 class Leases:
-    def __init__(self, client: redis.Redis, keys: Keys, ttl_seconds: float = 3.0) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, ttl_seconds: float = 3.0,
+                 holder: str = "") -> None:
         self.r = client
+        self.holder = holder
         self.keys = keys
         self.ttl_ms = int(ttl_seconds * 1000)
         self._release = client.register_script(_RELEASE)
@@ -90,7 +92,7 @@ class Leases:
                 yield False
                 return
             time.sleep(0.005)
-        spec = json.dumps({"task": task, "args": args, "queue": queue})
+        spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
         pipe = self.r.pipeline()
         pipe.zadd(self.keys.leases, {member: _now_ms() + self.ttl_ms})
         pipe.hset(self.keys.lease_tasks, member, spec)

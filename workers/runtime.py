@@ -28,7 +28,7 @@ from shared.redisconn import redis_url
 from shared.settings import EngineConfig, Settings
 from shared.store import RunStore
 from shared.tools.base import ToolRegistry
-from shared.hooks_loader import load_hooks
+from shared.hooks_loader import default_hooks
 from shared.tools.loader import default_registry
 from workers.lease import Leases
 
@@ -53,7 +53,7 @@ class Runtime:
 
     @cached_property
     def leases(self) -> Leases:
-        return Leases(self.redis, self.keys, self.settings.lease_seconds)
+        return Leases(self.redis, self.keys, self.settings.lease_seconds, holder=self.worker_name)
 
     @cached_property
     def tools(self) -> ToolRegistry:
@@ -61,7 +61,7 @@ class Runtime:
 
     @cached_property
     def hooks(self) -> HookRegistry:
-        return load_hooks(self.settings.hooks)
+        return default_hooks(self.settings)
 
     @cached_property
     def config(self) -> EngineConfig:

@@ -183,7 +183,9 @@ class WorkerFactory:
 @pytest.fixture(scope="session")
 def workers(redis_url: str, llm: LLMFixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Worker]]:
     factory = WorkerFactory(redis_url, llm, tmp_path_factory.mktemp("workers"))
-    started = [factory.start("alpha", wait=False), factory.start("beta", wait=False)]
+    # Two slots each: four concurrent tool calls must spread over both processes.
+    started = [factory.start("alpha", wait=False, concurrency=2),
+               factory.start("beta", wait=False, concurrency=2)]
     for w in started:
         factory.wait_ready(w)
     yield started
