@@ -219,17 +219,21 @@ async def run(llm: Any, tools: list[Tool] = (), *, query: str = "What is going o
               hooks: list[Hook] | HookRegistry = (), config: EngineConfig | None = None,
               sink: ListSink | None = None, interrupts: InterruptQueue | None = None,
               cancel: asyncio.Event | None = None, deps: EngineDeps | None = None,
-              allow_fallback: bool = False, **request: Any) -> Outcome:
+              allow_fallback: bool = False, status: str | None = "succeeded",
+              **request: Any) -> Outcome:
     """Run one request to its end in-process.
 
-    A synthesis that fell back to the loop's answer fails the test unless
-    ``allow_fallback``: it usually means the script forgot the synthesis reply.
+    The run must end with ``status`` (``None``: any), and a synthesis that fell back to
+    the loop's answer fails the test unless ``allow_fallback``: both usually mean the
+    script is one reply short.
     """
     deps = deps or make_deps(llm, list(tools), hooks=hooks, config=config)
     sink = sink or ListSink()
     state = await run_local(RunRequest(query=query, **request), deps, sink=sink,
                             interrupts=interrupts, cancel=cancel)
     out = Outcome(state=state, sink=sink, llm=llm)
+    if status is not None:
+        assert state.status == status, f"run ended {state.status}: {state.error}"
     if not allow_fallback:
         fallbacks = out.of("error", kind="synthesis_fallback")
         assert not fallbacks, f"unexpected synthesis fallback: {fallbacks}"
