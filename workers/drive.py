@@ -26,6 +26,8 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[str, list[Any], str], None]
 RUNS, TOOLS = "reactq.runs", "reactq.tools"
+#: Sent when a run that is a DAG step ends (its request metadata carries ``_dag``).
+DAG_STEP_DONE = "reactq.dag.step_done"
 
 
 class StoreIO:
@@ -153,8 +155,12 @@ def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], sen
 
 
 def schedule(state: RunState, send: Send) -> None:
-    """Enqueue what the state's phase needs next."""
-    if state.phase in ("select", "llm"):
+    """Enqueue what the state's phase needs next (for a finished DAG step: its DAG)."""
+    if state.phase == "done":
+        parent = state.metadata.get("_dag")
+        if isinstance(parent, dict):
+            send(DAG_STEP_DONE, [parent["dag_id"], parent["step_id"], state.run_id], RUNS)
+    elif state.phase in ("select", "llm"):
         send("reactq.iterate", [state.run_id, state.step_no], RUNS)
     elif state.phase == "tools":
         for call in state.pending_calls:

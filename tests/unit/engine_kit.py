@@ -220,13 +220,15 @@ async def run(llm: Any, tools: list[Tool] = (), *, query: str = "What is going o
               sink: ListSink | None = None, interrupts: InterruptQueue | None = None,
               cancel: asyncio.Event | None = None, deps: EngineDeps | None = None,
               allow_fallback: bool = False, status: str | None = "succeeded",
-              **request: Any) -> Outcome:
+              allowlist: list[str] | None = None, **request: Any) -> Outcome:
     """Run one request to its end in-process.
 
     The run must end with ``status`` (``None``: any), and a synthesis that fell back to
     the loop's answer fails the test unless ``allow_fallback``: both usually mean the
-    script is one reply short.
+    script is one reply short. ``allowlist`` is the request's ``tools`` field.
     """
+    if allowlist is not None:
+        request["tools"] = allowlist
     deps = deps or make_deps(llm, list(tools), hooks=hooks, config=config)
     sink = sink or ListSink()
     state = await run_local(RunRequest(query=query, **request), deps, sink=sink,
