@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -53,9 +53,9 @@ class Settings(BaseSettings):
     events_maxlen: int = Field(10_000, ge=100)
     lease_seconds: float = Field(3.0, gt=0)
     visibility_timeout: int = Field(3600, ge=10)
-    api_token: str | None = None
+    api_token: SecretStr | None = None
     max_body_bytes: int = Field(1_000_000, ge=1024)
-    openai_api_key: str | None = Field(None, validation_alias="OPENAI_API_KEY")
+    openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
 
 

@@ -235,7 +235,7 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
         roles = list(DEFAULT_ROLES)
         abilities = {"tool_call": True, "json_mode": True}
         llm = OpenAILLM(settings.model, base_url=settings.openai_base_url,
-                        api_key=settings.openai_api_key, abilities=abilities)
+                        api_key=_secret(settings.openai_api_key), abilities=abilities)
         registry.register(settings.model, llm, roles, spec=ModelSpec(
             name=settings.model, model=settings.model, base_url=settings.openai_base_url,
             roles=roles, abilities=abilities, api_key_env="OPENAI_API_KEY"))
@@ -257,3 +257,10 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
                         temperature=entry.temperature)
         registry.register(name, llm, entry.roles, spec=_spec(name, entry))
     return registry
+
+
+def _secret(value: Any) -> str | None:
+    """The plain value of a ``SecretStr`` setting (secrets stay wrapped everywhere else)."""
+    if value is None:
+        return None
+    return value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)

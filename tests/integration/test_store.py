@@ -1,0 +1,92 @@
+"""The run store and leases against a real Redis-compatible server (no workers)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+import redis
+
+from shared.engine import loop
+from shared.engine.state import RunState
+from shared.keys import Keys
+from shared.store import RunStore
+from workers.lease import Leases
+
+pytestmark = pytest.mark.integration
+
+
+def _state(run_id: str) -> RunState:
+    return loop.new_run(run_id=run_id, query="q", model="m", native=True, available_tools=[],
+                        max_iterations=5, now=time.time())
+
+
+@pytest.fixture
+def store(r: redis.Redis) -> RunStore:
+    return RunStore(r, keys=Keys(f"t{uuid.uuid4().hex[:6]}:"), ttl_seconds=60, maxlen=100)
+
+
+def test_commit_is_compare_and_set_on_the_step_number(store):
+    """Invariant 3: a redelivered step that already committed is refused."""
+    rid, _ = store.create("r1", {"query": "q"})
+    st = _state(rid)
+    ev = loop.begin_turn(st)
+    assert store.commit(rid, st, 0, ev)
+    again = _state(rid)
+    assert not store.commit(rid, again, 0, loop.begin_turn(again))
+    assert store.load(rid).step_no == 1
+
+
+def test_events_are_published_once_per_seq_even_when_a_step_is_redone(store):
+    """Invariant 3: consumers see each seq once, in order."""
+    rid, _ = store.create("r2", {"query": "q"})
+    st = _state(rid)
+    first = loop.begin_turn(st)
+    store.publish(rid, first)
+    store.publish(rid, first)  # a redelivered step re-creates the same seq
+    st2 = _state(rid)
+    redo = loop.begin_turn(st2) + [loop.emit(st2, "phase", phase="x")]
+    assert store.commit(rid, st2, 0, redo)
+    seqs = [e.seq for _, e in store.read_events(rid)]
+    assert seqs == [1, 2]
+
+
+def test_a_finished_run_expires_and_its_stream_is_capped(store, r):
+    """Invariant 7: TTL after the end; MAXLEN ~ on the stream."""
+    rid, _ = store.create("r3", {"query": "q"})
+    st = _state(rid)
+    events = [loop.emit(st, "answer", status="delta", content=str(i)) for i in range(500)]
+    events += loop.fail(st, "boom", now=time.time())
+    assert store.commit(rid, st, 0, events)
+    assert 0 < r.ttl(store.keys.run(rid)) <= 60
+    assert 0 < r.ttl(store.keys.run_events(rid)) <= 60
+    assert r.xlen(store.keys.run_events(rid)) < 400
+    assert store.status(rid)["status"] == "failed"
+
+
+def test_an_idempotency_key_returns_the_first_run(store):
+    a, created_a = store.create("a", {"query": "q"}, idempotency_key="k")
+    b, created_b = store.create("b", {"query": "q"}, idempotency_key="k")
+    assert (a, created_a, b, created_b) == ("a", True, "a", False)
+
+
+def test_a_lease_backs_off_while_held_and_is_claimed_once_after_its_holder_died(r):
+    """Invariant 2: recovery in seconds through leases, each resend claimed once."""
+    keys = Keys(f"t{uuid.uuid4().hex[:6]}:")
+    leases = Leases(r, keys, ttl_seconds=0.3, holder="me")
+    with leases.hold("run:x", "reactq.iterate", ["x", None], "reactq.runs") as held:
+        assert held
+        with leases.hold("run:x", "reactq.iterate", ["x", None], "reactq.runs", wait=0.05) as other:
+            assert not other
+        time.sleep(0.5)  # the heartbeat keeps it alive past its TTL
+        assert leases.alive("run:x")
+        assert leases.claim_expired() == []
+    # A holder that dies leaves its lease to expire: simulate by not releasing.
+    r.set(keys.lease("run:y"), "dead", px=100)
+    r.zadd(keys.leases, {"run:y": int(time.time() * 1000) + 100})
+    r.hset(keys.lease_tasks, "run:y", '{"task": "reactq.iterate", "args": ["y", null], "queue": "reactq.runs"}')
+    time.sleep(0.25)
+    claimed = leases.claim_expired()
+    assert [c["args"] for c in claimed] == [["y", None]]
+    assert leases.claim_expired() == []  # claimed once, not by every watchdog
