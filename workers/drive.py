@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[str, list[Any], str], None]
 RUNS, TOOLS = "reactq.runs", "reactq.tools"
+ITERATE, TOOL, ANSWER = "reactq.iterate", "reactq.tool", "reactq.answer"
 #: Sent when a run that is a DAG step ends (its request metadata carries ``_dag``).
 DAG_STEP_DONE = "reactq.dag.step_done"
 
@@ -45,31 +46,40 @@ class StoreIO:
 
 
 def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
-    """Advance a run in phase select / llm / tools (fan-in), or hand it to the right task."""
+    """Advance a run in phase select / llm / tools (fan-in), or hand it to the right task.
+
+    Steps that need no other task (selection, an LLM turn that leads to another LLM turn,
+    the fan-in followed by the next turn) run back to back in this task: each is committed
+    on its own, so a crash loses at most the step in flight, and a turn costs two task hops
+    (iterate → tools → iterate) instead of three.
+    """
     rec = rt.store.load(run_id)
     if _stale(rec, step_no):
         return
     state = rec.state or _initial_state(rt, rec)
-    if state.phase == "done":
-        return
-    if rec.cancel:
-        _commit(rt, state, rec.step_no, loop.cancel(state, now=rt.deps_for(state).clock()), send)
-        return
+    current = rec.step_no
+    while state.phase in ("select", "llm", "tools"):
+        if rt.store.cancel_requested(run_id):
+            _commit(rt, state, current, loop.cancel(state, now=rt.deps_for(state).clock()), send)
+            return
+        events = _fan_in(rt, state, current, send) if state.phase == "tools" else _llm_or_select(rt, state)
+        if events is None:
+            return  # tools still running: their last one sends the next iterate
+        if not _commit(rt, state, current, events, send, chain=True):
+            return
+        current = state.step_no
     if state.phase == "answer":
-        send("reactq.answer", [run_id, rec.step_no], RUNS)
-        return
-    if state.phase == "tools":
-        _fan_in(rt, state, rec, send)
-        return
+        send(ANSWER, [run_id, current], RUNS)
+
+
+def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
     deps = rt.deps_for(state)
-    io = StoreIO(rt, run_id)
+    step = steps.select_step if state.phase == "select" else steps.llm_step
     try:
-        step = steps.select_step if state.phase == "select" else steps.llm_step
-        events = rt.run(step(state, deps, io))
+        return rt.run(step(state, deps, StoreIO(rt, state.run_id)))
     except Exception as exc:  # S64: an LLM failure ends the run, with a done event
-        log.warning("run %s failed: %s", run_id, exc)
-        events = loop.fail(state, exc, now=deps.clock())
-    _commit(rt, state, rec.step_no, events, send)
+        log.warning("run %s failed: %s", state.run_id, exc)
+        return loop.fail(state, exc, now=deps.clock())
 
 
 def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
@@ -103,7 +113,7 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> No
         outcome = _execute_once(rt, run_id, step_no, call, turn, record)
         rt.store.ledger_done(run_id, call_id, outcome, step_no)
     if rt.store.fanin(run_id, step_no, call_id) >= len(calls):
-        send("reactq.iterate", [run_id, step_no], RUNS)
+        send(ITERATE, [run_id, step_no], RUNS)
 
 
 def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
@@ -122,19 +132,19 @@ def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
                                metadata=turn.get("metadata") or {}, worker=rt.worker_name))
 
 
-def _fan_in(rt: Runtime, state: RunState, rec: RunRecord, send: Send) -> None:
+def _fan_in(rt: Runtime, state: RunState, step_no: int, send: Send) -> list[Event] | None:
+    """All of the turn's outcomes are in ⇒ the events of finishing the turn; else None."""
     ids = [c.id for c in state.pending_calls]
     outcomes = rt.store.ledger_outcomes(state.run_id, ids)
     if len(outcomes) < len(ids):
         # Resumed by the watchdog before every tool reported: send what nobody is running.
         for cid in ids:
             if cid not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{cid}"):
-                send("reactq.tool", [state.run_id, rec.step_no, cid], TOOLS)
-        return
+                send(TOOL, [state.run_id, step_no, cid], TOOLS)
+        return None
     deps = rt.deps_for(state)
     events = _uncertain_events(state, outcomes)
-    events += rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
-    _commit(rt, state, rec.step_no, events, send)
+    return events + rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
 
 
 def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:
@@ -147,11 +157,16 @@ def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list
     ]
 
 
-def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], send: Send) -> None:
+def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], send: Send,
+            *, chain: bool = False) -> bool:
+    """Save the step; then enqueue what comes next. With ``chain``, steps that this task
+    continues itself (select / llm) are not enqueued. False when the step was stale."""
     if not rt.store.commit(state.run_id, state, step_no, events):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
-        return
-    schedule(state, send)
+        return False
+    if not (chain and state.phase in ("select", "llm", "answer")):
+        schedule(state, send)
+    return True
 
 
 def schedule(state: RunState, send: Send) -> None:
@@ -161,12 +176,12 @@ def schedule(state: RunState, send: Send) -> None:
         if isinstance(parent, dict):
             send(DAG_STEP_DONE, [parent["dag_id"], parent["step_id"], state.run_id], RUNS)
     elif state.phase in ("select", "llm"):
-        send("reactq.iterate", [state.run_id, state.step_no], RUNS)
+        send(ITERATE, [state.run_id, state.step_no], RUNS)
     elif state.phase == "tools":
         for call in state.pending_calls:
-            send("reactq.tool", [state.run_id, state.step_no, call.id], TOOLS)
+            send(TOOL, [state.run_id, state.step_no, call.id], TOOLS)
     elif state.phase == "answer":
-        send("reactq.answer", [state.run_id, state.step_no], RUNS)
+        send(ANSWER, [state.run_id, state.step_no], RUNS)
 
 
 def _stale(rec: RunRecord, step_no: int | None) -> bool:
