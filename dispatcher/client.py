@@ -11,6 +11,7 @@ Tasks are enqueued by name (``send_task``), so this module imports no task or to
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -118,9 +119,17 @@ class Dispatcher:
         app.conf.update(celery_config(self.settings))
         return app
 
-    @cached_property
     def catalog(self) -> tuple[list[str], list[str]]:
-        """(tool names, model names) for validation at the door."""
+        """(tool names, model names) for validation at the door.
+
+        Read from ``reactq:catalog``, which workers publish when they start, so the door
+        never imports tool code; before any worker has started, the same registries are
+        loaded from this process's settings instead.
+        """
+        tools_raw, models_raw = self.redis.hmget(self.keys.catalog, "tools", "models")
+        if tools_raw and models_raw:
+            return ([t["name"] for t in json.loads(tools_raw)],
+                    [m["name"] for m in json.loads(models_raw)])
         from shared.llm.registry import load_registry
         from shared.tools.loader import default_registry
 
@@ -132,7 +141,7 @@ class Dispatcher:
     def validate(self, request: RunRequest | dict[str, Any]) -> RunRequest:
         """Pydantic validation plus registry checks; raises with the field named."""
         req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
-        tools, models = self.catalog
+        tools, models = self.catalog()
         check_run_request(req, tools=tools, models=models)
         return req
 

@@ -12,6 +12,7 @@ worker resends a task whose worker died.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -58,9 +59,19 @@ def tool(run_id: str, step_no: int, call_id: str) -> None:
 _watchdog: Watchdog | None = None
 
 
+def publish_catalog() -> None:
+    """Tell the door which tools and models the workers have (``reactq:catalog``), so a
+    gateway validates requests without importing tool code. The last worker to start wins."""
+    rt = runtime()
+    tools = [t.openai_schema()["function"] for t in rt.tools]
+    models = [m.model_dump(mode="json") for m in rt.models.specs()]
+    rt.redis.hset(rt.keys.catalog, mapping={"tools": json.dumps(tools), "models": json.dumps(models)})
+
+
 @signals.worker_ready.connect
 def _start_watchdog(**_: Any) -> None:
     global _watchdog
+    publish_catalog()
     if _watchdog is None:
         _watchdog = Watchdog(runtime().leases, send)
         _watchdog.start()
