@@ -99,6 +99,8 @@ class RunStore:
         self.keys = keys or Keys()
         self.ttl = ttl_seconds
         self.maxlen = maxlen
+        # Idempotency keys and the run index outlive any run (queued + running + TTL).
+        self._index_ttl = ttl_seconds + 7 * 86400
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT)
         self._fanin = client.register_script(_FANIN)
@@ -108,7 +110,7 @@ class RunStore:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``."""
         if idempotency_key is not None:
             idem = self.keys.idem(idempotency_key)
-            if not self.r.set(idem, run_id, nx=True):
+            if not self.r.set(idem, run_id, nx=True, ex=self._index_ttl):
                 existing = self.r.get(idem)
                 if existing is not None:
                     return _s(existing), False
@@ -120,6 +122,8 @@ class RunStore:
             "updated_at": f"{now:.6f}", "step_no": 0, "pub_seq": 0,
         })
         pipe.zadd(self.keys.runs, {run_id: now})
+        # The index keeps ids of runs that may still exist; older ones have expired.
+        pipe.zremrangebyscore(self.keys.runs, "-inf", now - self._index_ttl)
         pipe.execute()
         return run_id, True
 
