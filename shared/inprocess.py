@@ -61,7 +61,7 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     return loop.new_run(
         run_id=run_id or uuid.uuid4().hex, query=request.query,
         model=request.model or deps.llm.name, native=native, available_tools=available,
-        max_iterations=request.max_iterations, completion_check=request.completion_check,
+        max_iterations=request.max_iterations or deps.config.max_iterations, completion_check=request.completion_check,
         system_prompt=request.system_prompt, metadata=request.metadata, now=deps.clock(),
     )
 

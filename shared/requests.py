@@ -25,7 +25,8 @@ class RunRequest(BaseModel):
     model: str | None = None
     tools: list[str] | None = None
     mode: Mode = "auto"
-    max_iterations: int = Field(50, ge=1, le=200)
+    max_iterations: int | None = Field(None, ge=1, le=200)
+    """None: ``REACTQ_MAX_ITERATIONS`` (50)."""
     completion_check: bool = True
     system_prompt: str | None = Field(None, max_length=100_000)
     metadata: dict[str, Any] = Field(default_factory=dict)

@@ -148,7 +148,7 @@ def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interr
                      config: EngineConfig, now: float) -> list[Event]:
     msg = result.message
     content = msg.text()
-    calls = list(msg.tool_calls or [])
+    calls = _unique_call_ids(state, list(msg.tool_calls or []))
     reasoning = msg.reasoning_content or ""
     state.messages.append(ChatMessage(role="assistant", content=msg.content, tool_calls=calls or None,
                                       reasoning_content=msg.reasoning_content))
@@ -162,6 +162,30 @@ def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interr
     events += _drain(state, interrupts)
     action = Action(type="final_answer", reasoning=reasoning, answer=content)
     return events + _final_candidate(state, action, bool(interrupts), config)
+
+
+def _unique_call_ids(state: RunState, calls: list[ToolCallRequest]) -> list[ToolCallRequest]:
+    """Give every call an id that is non-empty and unique within the run.
+
+    Results are matched to calls by id (and the Celery shell keys a call's idempotency
+    record on run id + call id), but some providers send empty ids or reuse one id for
+    every call. Such a call gets a fresh id; the assistant message stores the renamed
+    calls, so the history the model sees stays consistently paired.
+    """
+    seen = {s.tool_call_id for s in state.steps if s.tool_call_id}
+    out: list[ToolCallRequest] = []
+    for i, call in enumerate(calls):
+        call_id = call.id
+        if not call_id or call_id in seen:
+            base = f"call_{state.iteration}_{i}"
+            call_id, n = base, 1
+            while call_id in seen or any(c.id == call_id for c in calls[i + 1:]):
+                n += 1
+                call_id = f"{base}_{n}"
+            call = call.model_copy(update={"id": call_id})
+        seen.add(call_id)
+        out.append(call)
+    return out
 
 
 def _thinking_done(state: RunState, reasoning: str) -> Event:
@@ -202,8 +226,15 @@ def _final_candidate(state: RunState, action: Action, drained: bool,
     if state.verify_pending:
         # S46: the verification reply is consumed; ask again for the user-facing answer.
         state.verify_pending = False
-        state.messages.append(ChatMessage(role="user", content=P.ANSWER_REASK.format(query=state.query)))
-        return _continue(state, config)
+        if state.iteration < state.max_iterations:
+            state.messages.append(ChatMessage(role="user", content=P.ANSWER_REASK.format(query=state.query)))
+            return _continue(state, config)
+        # S45: the checklist must never cost the run its answer. A reformat retry (S60) or
+        # an interrupt (S56) used the turn kept for asking again, so the answer the
+        # checklist held back stands (the verification reply itself is never the answer).
+        if state.checklist_candidate is not None:
+            action = Action(type="final_answer", reasoning=action.reasoning,
+                            answer=state.checklist_candidate)
     if (
         state.completion_check
         and not state.checklist_fired
@@ -212,6 +243,7 @@ def _final_candidate(state: RunState, action: Action, drained: bool,
     ):
         state.checklist_fired = True
         state.verify_pending = True
+        state.checklist_candidate = action.answer or ""
         state.messages.append(ChatMessage(role="user", content=P.COMPLETION_CHECKLIST))
         return _continue(state, config)
     answer = action.answer or ""

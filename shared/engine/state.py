@@ -87,6 +87,8 @@ class RunState(BaseModel):
     cycle_counts: dict[str, int] = Field(default_factory=dict)
     checklist_fired: bool = False
     verify_pending: bool = False
+    checklist_candidate: str | None = None
+    """The final answer the checklist held back; it stands if no turn is left to ask again."""
     parse_retried: bool = False
     steps: list[StepRecord] = Field(default_factory=list)
     trace: list[str] = Field(default_factory=list)

@@ -13,7 +13,11 @@ def synthesis_messages(state: RunState, *, directive: str | None = None,
 
     The trace holds every tool call and its result (cut when recorded), in both modes; the
     completion checklist and its verification reply are never part of it (S47).
+    ``directive`` defaults to the run's extra instructions, so the synthesizer, which writes
+    what the user reads, follows them as the loop did ("always answer in French").
     """
+    if directive is None:
+        directive = state.system_prompt
     system = P.SYNTHESIS_SYSTEM
     if directive:
         system += f"\n\n## Agent Directive\n{directive}"

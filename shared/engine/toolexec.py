@@ -69,9 +69,17 @@ async def execute_call(
 
 
 def _requires_confirmation(registry: ToolRegistry, call: ToolCallRequest) -> bool:
+    """S36e: ``requires_confirmation_for(args)`` when the tool has it, else the attribute."""
     if call.name not in registry:
         return False
-    return bool(registry.get(call.name).requires_confirmation)
+    tool = registry.get(call.name)
+    per_call = getattr(tool, "requires_confirmation_for", None)
+    if callable(per_call):
+        try:
+            return bool(per_call(dict(call.arguments)))
+        except Exception:  # a buggy check must not crash the run; ask for confirmation
+            return True
+    return bool(tool.requires_confirmation)
 
 
 def _str(value: Any) -> str | None:

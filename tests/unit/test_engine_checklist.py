@@ -18,6 +18,8 @@ from engine_kit import (
     run,
 )
 from shared.engine import prompts
+from shared.events import Event, ListSink
+from shared.inprocess import InterruptQueue
 from shared.settings import EngineConfig
 
 CHECKLIST = (
@@ -170,3 +172,51 @@ async def test_checklist_text_and_the_verification_reply_never_reach_the_synthes
     # No event carries the checklist either (S79).
     assert all(CHECKLIST_HEAD not in str(e.data) and "Let me verify" not in str(e.data)
                for e in out.events)
+
+
+class PutAtTurnSink(ListSink):
+    """Queues a user message when turn ``turn`` starts (before its LLM call)."""
+
+    def __init__(self, queue: InterruptQueue, turn: int, content: str) -> None:
+        super().__init__()
+        self.queue, self.turn, self.content = queue, turn, content
+
+    async def emit(self, events: list[Event]) -> None:
+        await super().emit(events)
+        for e in events:
+            if (e.channel, e.data.get("type"), e.data.get("status")) == ("step", "thinking", "start") \
+                    and e.data["iteration"] == self.turn:
+                self.queue.put(self.content)
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_when_no_turn_is_left_to_ask_again_the_pre_checklist_answer_stands(mode: Mode) -> None:
+    """S45/S46/S56: the checklist never costs the run its answer. An interrupt suppresses the
+    verification turn, so the consumed reply lands on the last turn: the candidate from
+    before the checklist is accepted instead of the max-iterations summary."""
+    queue = InterruptQueue()
+    llm = mode.llm(three_calls(mode) + [mode.answer("first"), mode.answer("verifying"),
+                                        mode.answer("verified"), SYNTH])
+
+    out = await run(llm, [echo_tool()], max_iterations=6, interrupts=queue,
+                    sink=PutAtTurnSink(queue, 5, "also mention units"))
+
+    assert len(out.loop_calls()) == 6
+    assert out.answer == "first"
+    assert len(out.of("inject")) == 1
+
+
+async def test_a_prose_verification_reply_does_not_end_in_the_max_iteration_summary() -> None:
+    """S45/S46/S60: JSON verification reply in prose ⇒ reformat retry; with no turn left to
+    ask again, the answer given before the checklist is accepted."""
+    from engine_kit import JSON
+    from shared.llm.testing import text
+
+    llm = JSON.llm(three_calls(JSON) + [JSON.answer("first"), text("Let me verify: all good"),
+                                        JSON.answer("verified ✓"), SYNTH])
+
+    out = await run(llm, [echo_tool()], max_iterations=6)
+
+    assert len(out.loop_calls()) == 6
+    assert out.answer == "first"
+    assert [s.answer for s in out.state.steps if s.type == "final_answer"] == ["first"]

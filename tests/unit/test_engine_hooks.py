@@ -207,3 +207,31 @@ async def test_hooks_see_the_run_metadata_and_the_native_tool_call_id() -> None:
     assert seen[0]["org_id"] == "acme"
     assert seen[0]["tool_call_id"] == "call_9"
     assert seen[0]["requires_confirmation"] is False
+
+
+async def test_requires_confirmation_comes_from_the_tool_per_call() -> None:
+    """S36e: requires_confirmation = tool.requires_confirmation_for(args) if it exists, else the attribute."""
+    from dataclasses import dataclass
+
+    from engine_kit import JSON, TextArgs
+    from shared.tools.base import Tool
+
+    @dataclass
+    class Gated(Tool):
+        def requires_confirmation_for(self, args: dict[str, Any]) -> bool:
+            return args.get("text") == "delete"
+
+    gated = Gated(name="gated", description="Sometimes needs approval.", args_model=TextArgs,
+                  fn=lambda text: text)
+    flagged = Tool(name="flagged", description="Always needs approval.", args_model=TextArgs,
+                   fn=lambda text: text, requires_confirmation=True)
+    seen: list[tuple[str | None, bool]] = []
+    watch = pre_hook(lambda ctx: (seen.append((ctx.tool_name, ctx.metadata["requires_confirmation"])),
+                                  HookResult())[1])
+    llm = JSON.llm([JSON.call("gated", {"text": "read"}), JSON.call("gated", {"text": "delete"}),
+                    JSON.call("flagged", {"text": "x"}), JSON.call("missing", {"text": "x"}),
+                    JSON.answer("done"), SYNTH])
+
+    await run(llm, [gated, flagged], hooks=[watch], completion_check=False)
+
+    assert seen == [("gated", False), ("gated", True), ("flagged", True), ("missing", False)]

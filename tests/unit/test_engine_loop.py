@@ -538,3 +538,88 @@ async def test_the_final_answer_signal_fires_once_for_the_accepted_answer(mode: 
 
     assert len(out.of("step", type="answer", status="start")) == 1
     assert len(llm.calls) == 3
+
+
+# --------------------------------------------------------------------------- call ids
+
+
+async def test_duplicate_or_empty_native_call_ids_still_run_every_call() -> None:
+    """S11/S14: every call of a batch runs with its own arguments, even when the provider
+    repeats an id or sends none; each gets a unique id that pairs its tool message."""
+    rec = Recorder()
+    llm = ScriptedLLM([
+        tool_calls(("c1", "echo", {"text": "a"}), ("c1", "echo", {"text": "b"}),
+                   ("", "echo", {"text": "c"}), ("", "echo", {"text": "d"})),
+        text("ok"),
+        SYNTH,
+    ], abilities={"tool_call": True})
+
+    out = await run(llm, [echo_tool(rec)], completion_check=False)
+
+    assert rec.calls == [("echo", {"text": t}) for t in "abcd"]
+    tool_steps = out.state.steps[:4]
+    assert [s.observation for s in tool_steps] == ["a", "b", "c", "d"]
+    ids = [s.tool_call_id for s in tool_steps]
+    assert ids[0] == "c1" and len(set(ids)) == 4 and all(ids)
+    second = out.loop_calls()[1].messages
+    assistant = second[2]
+    assert [c.id for c in assistant.tool_calls or []] == ids
+    assert [(m.tool_call_id, m.content) for m in second[3:]] == list(zip(ids, "abcd"))
+
+
+async def test_a_call_id_reused_in_a_later_turn_gets_a_fresh_id() -> None:
+    """S11: call ids are unique within a run (results and idempotency records key on them)."""
+    llm = ScriptedLLM([
+        tool_calls(("call_0", "echo", {"text": "a"})),
+        tool_calls(("call_0", "echo", {"text": "b"})),
+        text("ok"),
+        SYNTH,
+    ], abilities={"tool_call": True})
+
+    out = await run(llm, [echo_tool()], completion_check=False)
+
+    ids = [s.tool_call_id for s in out.state.steps[:2]]
+    assert ids[0] == "call_0" and ids[1] != "call_0"
+    assert [s.observation for s in out.state.steps[:2]] == ["a", "b"]
+
+
+# --------------------------------------------------------------------------- selection (S29–S35)
+
+
+async def test_one_tool_needs_no_selection_call() -> None:
+    """S29, T-C1: 1 tool, [final "hello"] ⇒ exactly 1 LLM call in the loop, no phase event."""
+    llm = ScriptedLLM([final("hello"), SYNTH])
+
+    out = await run(llm, [echo_tool()])
+
+    assert len(out.loop_calls()) == 1
+    assert out.of("phase") == []
+
+
+async def test_a_failed_selection_falls_back_to_every_tool() -> None:
+    """S33, T-C3: 13 tools, plain LLM ["not json", "still not json", final] ⇒ 3 calls, full registry."""
+    from engine_kit import stub_tools
+
+    llm = ScriptedLLM([text("not json"), text("still not json"), final("fallback"), SYNTH])
+
+    out = await run(llm, stub_tools(13), query="zzz qqq")
+
+    assert out.answer == "fallback"
+    assert len(out.loop_calls()) == 3
+    assert out.state.tool_names == [f"tool_{i}" for i in range(13)]
+    system = out.loop_calls()[2].messages[0].text()
+    assert all(f"- tool_{i}:" in system for i in range(13))
+
+
+async def test_the_selected_tools_drive_the_native_tools_payload() -> None:
+    """S35, T-C2: the selection's tools (registration order) are the loop's tools payload."""
+    from engine_kit import stub_tools
+
+    llm = ScriptedLLM([tool_calls(("s", "select_tools", {"tools": ["tool_3", "tool_1"]})), text("done"), SYNTH],
+                      abilities={"tool_call": True})
+
+    out = await run(llm, stub_tools(13), query="zzz qqq")
+
+    assert len(out.loop_calls()) == 2
+    names = [t["function"]["name"] for t in out.loop_calls()[1].kwargs["tools"]]
+    assert names == ["tool_1", "tool_3"]

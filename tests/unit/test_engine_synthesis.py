@@ -173,3 +173,34 @@ async def test_synthesis_usage_is_not_part_of_the_run_usage() -> None:
     out = await run(llm, [])
 
     assert out.done["usage"]["total_tokens"] == 5
+
+
+@pytest.mark.parametrize("mode", MODES, ids=str)
+async def test_the_runs_extra_instructions_reach_the_synthesizer_as_the_agent_directive(mode: Mode) -> None:
+    """S50: the agent's directive (the run's extra instructions) ⇒ "## Agent Directive\\n<text>"."""
+    llm = mode.llm([mode.answer("ok"), SYNTH])
+
+    out = await run(llm, [], system_prompt="Always answer in French.")
+
+    system = out.synthesis_calls()[0].messages[0].text()
+    assert "## Agent Directive\nAlways answer in French." in system
+
+
+async def test_no_agent_directive_section_without_extra_instructions() -> None:
+    """S50: no directive ⇒ no "## Agent Directive" section."""
+    llm = ScriptedLLM([final("ok"), SYNTH])
+
+    out = await run(llm, [])
+
+    assert "## Agent Directive" not in out.synthesis_calls()[0].messages[0].text()
+
+
+def test_a_language_directive_is_appended_as_a_bullet() -> None:
+    """S50: language_directive ⇒ "- <directive>" appended to the system prompt."""
+    from shared.engine.state import RunState
+    from shared.engine.synthesis import synthesis_messages
+
+    state = RunState(run_id="r", query="q", model="m", mode="json", max_iterations=3)
+    system = synthesis_messages(state, language_directive="Answer in Korean.")[0].text()
+
+    assert system.endswith("\n- Answer in Korean.")

@@ -210,7 +210,7 @@ async def test_reasoning_content_read_and_sent_back(srv: ScriptedServer) -> None
 
 
 def test_message_mapping() -> None:
-    vision = [{"type": "text", "text": "what is this"},
+    vision: list[dict[str, Any]] = [{"type": "text", "text": "what is this"},
               {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
     assert to_openai_message(ChatMessage(role="user", content=vision, pinned=True)) == {
         "role": "user", "content": vision}

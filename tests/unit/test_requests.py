@@ -64,4 +64,6 @@ def test_dag_limits_are_checked():
 
 def test_defaults_are_the_contracts():
     req = RunRequest(query="q")
-    assert (req.mode, req.max_iterations, req.completion_check, req.tools) == ("auto", 50, True, None)
+    assert (req.mode, req.completion_check, req.tools) == ("auto", True, None)
+    # Unset means the configured default, REACTQ_MAX_ITERATIONS (50).
+    assert req.max_iterations is None
