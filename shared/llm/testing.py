@@ -81,7 +81,8 @@ class FunctionLLM:
     calls: list[Call] = field(default_factory=list)
 
     def _reply(self, messages: list[ChatMessage], kwargs: dict[str, Any], stream: bool) -> LLMResult:
-        self.calls.append(Call([m.model_copy(deep=True) for m in messages], dict(kwargs), stream))
+        # A shallow copy: the engine appends messages but never changes one once sent.
+        self.calls.append(Call(list(messages), dict(kwargs), stream))
         reply = self.fn(messages, kwargs)
         if isinstance(reply, BaseException):
             raise reply

@@ -35,6 +35,9 @@ class Tool:
     requires_confirmation: bool = False
     cacheable: bool = False
     timeout: float | None = None
+    inline: bool = False
+    """Run a sync ``fn`` on the event loop instead of a thread: for quick, CPU-light tools,
+    where a thread hop would cost more than the call."""
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def parameters(self) -> dict[str, Any]:
@@ -44,6 +47,14 @@ class Tool:
         return schema
 
     def openai_schema(self) -> dict[str, Any]:
+        """The ``tools`` entry for this tool. Built once: schema generation is costly and
+        every loop turn sends it."""
+        cached = self.metadata.get("_openai_schema")
+        if cached is None:
+            cached = self.metadata["_openai_schema"] = self._build_schema()
+        return cached  # type: ignore[no-any-return]
+
+    def _build_schema(self) -> dict[str, Any]:
         return {
             "type": "function",
             "function": {
@@ -64,19 +75,25 @@ class Tool:
             raise ToolArgumentsError(f"Invalid arguments for tool '{self.name}': {problems}") from None
 
     async def invoke(self, args: dict[str, Any]) -> str | ToolResult:
-        """Validate ``args`` and run the tool; sync functions run in a thread."""
+        """Validate ``args`` and run the tool; sync functions run in a thread unless ``inline``."""
         model = self.validate_args(args)
         kwargs = model.model_dump()
         if inspect.iscoroutinefunction(self.fn):
             coro = self.fn(**kwargs)
+        elif self.inline and not self.timeout:
+            return _normalize(self.fn(**kwargs))
         else:
             coro = asyncio.to_thread(self.fn, **kwargs)
         result = await (asyncio.wait_for(coro, self.timeout) if self.timeout else coro)
-        if isinstance(result, ToolResult):
-            return result
-        if result is None:
-            return ""
-        return result if isinstance(result, str) else _to_text(result)
+        return _normalize(result)
+
+
+def _normalize(result: Any) -> str | ToolResult:
+    if isinstance(result, ToolResult):
+        return result
+    if result is None:
+        return ""
+    return result if isinstance(result, str) else _to_text(result)
 
 
 def _to_text(value: Any) -> str:

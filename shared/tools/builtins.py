@@ -242,6 +242,7 @@ def _calculator(expression: str) -> str:
 
 calculator = Tool(
     name="calculator",
+    inline=True,
     description=(
         "Evaluate an arithmetic expression and return the number (integers stay exact). "
         "Supports + - * / "
@@ -392,6 +393,7 @@ def _json_query(data: str, path: str) -> str:
 
 json_query = Tool(
     name="json_query",
+    inline=True,
     description=(
         "Extract a value from a JSON document by a path like 'a.b[0].c'; returns the value "
         "as JSON."
@@ -423,6 +425,7 @@ def _text_stats(text: str) -> str:
 
 text_stats = Tool(
     name="text_stats",
+    inline=True,
     description=(
         "Count the characters, words, lines and sentences of a text; returns JSON "
         '{"characters", "words", "lines", "sentences"}.'
@@ -444,6 +447,7 @@ def _echo(text: str) -> str:
 
 echo = Tool(
     name="echo",
+    inline=True,
     description="Echoes the input text back.",
     args_model=EchoArgs,
     fn=_echo,
@@ -461,6 +465,7 @@ def _add(a: Number, b: Number) -> str:
 
 add = Tool(
     name="add",
+    inline=True,
     description="Add two numbers and return the sum.",
     args_model=AddArgs,
     fn=_add,
