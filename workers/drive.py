@@ -9,6 +9,7 @@ recorded tool call never run again.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from shared.inprocess import new_state
 from shared.models import ToolCallRequest
 from shared.requests import RunRequest
 from shared.store import RunRecord
+from workers import metrics
 from workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -62,10 +64,11 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
         if rt.store.cancel_requested(run_id):
             _commit(rt, state, current, loop.cancel(state, now=rt.deps_for(state).clock()), send)
             return
+        began = time.time()
         events = _fan_in(rt, state, current, send) if state.phase == "tools" else _llm_or_select(rt, state)
         if events is None:
             return  # tools still running: their last one sends the next iterate
-        if not _commit(rt, state, current, events, send, chain=True):
+        if not _commit(rt, state, current, events, send, chain=True, began=began):
             return
         current = state.step_no
     if state.phase == "answer":
@@ -112,6 +115,7 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> No
     if record is None or record["status"] != "done":
         outcome = _execute_once(rt, run_id, step_no, call, turn, record)
         rt.store.ledger_done(run_id, call_id, outcome, step_no)
+        metrics.record_tool(rt, outcome)
     if rt.store.fanin(run_id, step_no, call_id) >= len(calls):
         send(ITERATE, [run_id, step_no], RUNS)
 
@@ -138,9 +142,9 @@ def _fan_in(rt: Runtime, state: RunState, step_no: int, send: Send) -> list[Even
     outcomes = rt.store.ledger_outcomes(state.run_id, ids)
     if len(outcomes) < len(ids):
         # Resumed by the watchdog before every tool reported: send what nobody is running.
-        for cid in ids:
-            if cid not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{cid}"):
-                send(TOOL, [state.run_id, step_no, cid], TOOLS)
+        for call in state.pending_calls:
+            if call.id not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{call.id}"):
+                send(TOOL, [state.run_id, step_no, call.id, call.name], TOOLS)
         return None
     deps = rt.deps_for(state)
     events = _uncertain_events(state, outcomes)
@@ -158,12 +162,13 @@ def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list
 
 
 def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], send: Send,
-            *, chain: bool = False) -> bool:
+            *, chain: bool = False, began: float | None = None) -> bool:
     """Save the step; then enqueue what comes next. With ``chain``, steps that this task
     continues itself (select / llm) are not enqueued. False when the step was stale."""
     if not rt.store.commit(state.run_id, state, step_no, events):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
         return False
+    metrics.on_commit(rt, state, step_no, events, began)
     if not (chain and state.phase in ("select", "llm", "answer")):
         schedule(state, send)
     return True
@@ -179,7 +184,8 @@ def schedule(state: RunState, send: Send) -> None:
         send(ITERATE, [state.run_id, state.step_no], RUNS)
     elif state.phase == "tools":
         for call in state.pending_calls:
-            send(TOOL, [state.run_id, state.step_no, call.id], TOOLS)
+            # The tool name rides along for Flower; the task reads the call from Redis.
+            send(TOOL, [state.run_id, state.step_no, call.id, call.name], TOOLS)
     elif state.phase == "answer":
         send(ANSWER, [state.run_id, state.step_no], RUNS)
 

@@ -6,6 +6,11 @@ the task's name and arguments in ``lease:tasks``. Every worker runs a watchdog t
 looks for expired members and sends their task again. A second delivery of a step whose
 lease is alive backs off (returns at once); the step's own idempotency (compare-and-set on
 ``step_no``, the tool ledger) makes a late duplicate harmless.
+
+Cost per task (it is paid on every step): taking a lease is one round trip (a Lua script
+sets the key and registers the member and its task together) and releasing it another;
+one heartbeat thread per process renews every lease the process holds, in one pipelined
+round trip every ``ttl / 3``, instead of a thread started per task.
 """
 
 from __future__ import annotations
@@ -24,6 +29,16 @@ import redis
 from shared.keys import Keys
 
 log = logging.getLogger(__name__)
+
+# KEYS: lease key, leases zset, lease:tasks hash. ARGV: token, ttl ms, expiry ms, member, spec.
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
+  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+  return 1
+end
+return 0
+"""
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -71,9 +86,13 @@ class Leases:
         self.holder = holder
         self.keys = keys
         self.ttl_ms = int(ttl_seconds * 1000)
+        self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
         self._claim = client.register_script(_CLAIM)
+        self._held: dict[str, tuple[str, str]] = {}  # token → (lease key, member)
+        self._held_lock = threading.Lock()
+        self._beat: threading.Thread | None = None
 
     @contextmanager
     def hold(self, member: str, task: str, args: list[Any], queue: str,
@@ -87,36 +106,48 @@ class Leases:
         token = uuid.uuid4().hex
         key = self.keys.lease(member)
         deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
-        while not self.r.set(key, token, nx=True, px=self.ttl_ms):
+        spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
+        lease_keys = [key, self.keys.leases, self.keys.lease_tasks]
+        while not self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
+                                                       member, spec]):
             if time.monotonic() >= deadline:
                 yield False
                 return
             time.sleep(0.005)
-        spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
-        pipe = self.r.pipeline()
-        pipe.zadd(self.keys.leases, {member: _now_ms() + self.ttl_ms})
-        pipe.hset(self.keys.lease_tasks, member, spec)
-        pipe.execute()
-        stop = threading.Event()
-        beat = threading.Thread(target=self._heartbeat, args=(key, token, member, stop), daemon=True)
-        beat.start()
+        with self._held_lock:
+            self._held[token] = (key, member)
+            if self._beat is None or not self._beat.is_alive():
+                self._beat = threading.Thread(target=self._heartbeat, daemon=True,
+                                              name="reactq-lease-heartbeat")
+                self._beat.start()
         try:
             yield True
         finally:
-            stop.set()
-            self._release(keys=[key, self.keys.leases, self.keys.lease_tasks], args=[token, member])
+            with self._held_lock:
+                self._held.pop(token, None)
+            self._release(keys=lease_keys, args=[token, member])
 
     def alive(self, member: str) -> bool:
         return bool(self.r.exists(self.keys.lease(member)))
 
-    def _heartbeat(self, key: str, token: str, member: str, stop: threading.Event) -> None:
+    def _heartbeat(self) -> None:
+        """Renew every lease this process holds, every ``ttl / 3`` (one pipelined round trip)."""
         interval = self.ttl_ms / 3000
-        while not stop.wait(interval):
+        while True:
+            time.sleep(interval)
+            with self._held_lock:
+                held = list(self._held.items())
+            if not held:
+                continue
+            pipe = self.r.pipeline(transaction=False)
+            expiry = _now_ms() + self.ttl_ms
+            for token, (key, member) in held:
+                self._renew(keys=[key, self.keys.leases], args=[token, self.ttl_ms, expiry, member],
+                            client=pipe)
             try:
-                self._renew(keys=[key, self.keys.leases],
-                            args=[token, self.ttl_ms, _now_ms() + self.ttl_ms, member])
+                pipe.execute()
             except redis.RedisError:  # a blip: the next beat tries again
-                log.warning("lease heartbeat failed for %s", member)
+                log.warning("lease heartbeat failed for %s", ", ".join(m for _, (_, m) in held))
 
     def claim_expired(self) -> list[dict[str, Any]]:
         """Specs of tasks whose holder died; each is returned to one caller only."""

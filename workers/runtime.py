@@ -31,6 +31,7 @@ from shared.tools.base import ToolRegistry
 from shared.hooks_loader import default_hooks
 from shared.tools.loader import default_registry
 from workers.lease import Leases
+from workers.metrics import Recorder, metered_registry
 
 T = TypeVar("T")
 
@@ -72,7 +73,8 @@ class Runtime:
     def models(self) -> ModelRegistry:
         reg = getattr(self._local, "models", None)
         if reg is None:
-            reg = self._local.models = load_registry(self.settings)
+            reg = self._local.models = metered_registry(load_registry(self.settings),
+                                                        Recorder(self.redis, self.keys))
         return reg
 
     def llm(self, name: str | None) -> LLM:

@@ -3,7 +3,7 @@
 | task              | queue         | args                         | does                           |
 |-------------------|---------------|------------------------------|--------------------------------|
 | ``reactq.iterate``| reactq.runs   | run_id, step_no (None=resume)| tool selection, one LLM turn, or the fan-in after tools |
-| ``reactq.tool``   | reactq.tools  | run_id, step_no, call_id     | one tool call (hooks + tool)   |
+| ``reactq.tool``   | reactq.tools  | run_id, step_no, call_id, tool name | one tool call (hooks + tool)   |
 | ``reactq.answer`` | reactq.runs   | run_id, step_no              | the streamed synthesis, `done` |
 
 Each holds a lease while it runs (``workers/lease.py``); the watchdog started with the
@@ -48,10 +48,12 @@ def answer(run_id: str, step_no: int | None = None) -> None:
 
 
 @app.task(name="reactq.tool", ignore_result=True)
-def tool(run_id: str, step_no: int, call_id: str) -> None:
+def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) -> None:
+    """``tool_name`` is only there so that Flower shows which tool a task runs."""
     rt = runtime()
     member = f"tool:{run_id}:{call_id}"
-    with rt.leases.hold(member, "reactq.tool", [run_id, step_no, call_id], drive.TOOLS) as held:
+    spec = [run_id, step_no, call_id, tool_name]
+    with rt.leases.hold(member, "reactq.tool", spec, drive.TOOLS) as held:
         if held:
             drive.tool(rt, run_id, step_no, call_id, send)
 

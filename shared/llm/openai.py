@@ -87,11 +87,9 @@ def to_openai_message(message: ChatMessage) -> dict[str, Any]:
     assistant ``reasoning_content`` is sent back (providers such as DeepSeek require it on
     tool-call turns; others ignore the extra field)."""
     out: dict[str, Any] = {"role": message.role}
-    if message.content is not None:
-        out["content"] = message.content
-    elif not (message.role == "assistant" and message.tool_calls):
-        # Only an assistant tool-call turn may omit content; servers reject it elsewhere.
-        out["content"] = ""
+    # Always send content: llama.cpp's function-calling template fails (HTTP 500) on an
+    # assistant tool-call turn without it, and "" is what every server accepts.
+    out["content"] = message.content if message.content is not None else ""
     if message.role == "tool":
         if message.tool_call_id is not None:
             out["tool_call_id"] = message.tool_call_id

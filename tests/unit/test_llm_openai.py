@@ -201,7 +201,7 @@ async def test_reasoning_content_read_and_sent_back(srv: ScriptedServer) -> None
     second = await llm.chat(messages, tools=TOOLS)
     assert second.message.reasoning_content == "done thinking"
     sent = srv.bodies[1]["messages"]
-    assert sent[2] == {"role": "assistant", "reasoning_content": "I should look",
+    assert sent[2] == {"role": "assistant", "content": "", "reasoning_content": "I should look",
                        "tool_calls": [{"id": "call_1", "type": "function",
                                        "function": {"name": "weather",
                                                     "arguments": '{"city": "NYC"}'}}]}
@@ -428,17 +428,15 @@ async def test_handler_exception_is_500_not_retried(srv: ScriptedServer) -> None
 
 
 async def test_many_slow_requests_held_at_once(srv: ScriptedServer) -> None:
-    n = 200
-    srv.handler = conversation_script({"*": [reply_text("ok", delay=0.5)]})
+    # No wall-clock assertion (machines are noisy): overlap is read from the request log.
+    n = 50
+    srv.handler = conversation_script({"*": [reply_text("ok", delay=1.0)]})
     llm = make_llm(srv)
-    t0 = time.monotonic()
     results = await asyncio.gather(*(llm.chat(user(f"q{i}")) for i in range(n)))
-    elapsed = time.monotonic() - t0
     assert all(r.message.content == "ok" for r in results)
-    assert elapsed < 10.0, elapsed  # concurrent, not n × 0.5 s
     recs = srv.requests
     assert len(recs) == n
-    assert all(r.answered_at is not None and r.answered_at - r.received_at >= 0.49 for r in recs)
+    assert all(r.answered_at is not None and r.answered_at - r.received_at >= 0.99 for r in recs)
     # The delay is an asyncio.sleep: many requests are held by the server at the same moment.
     edges = sorted([(r.received_at, 1) for r in recs] + [(r.answered_at or 0.0, -1) for r in recs])
     held = peak = 0

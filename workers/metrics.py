@@ -1,0 +1,318 @@
+"""Worker-side metrics: counters and histogram buckets written to Redis hashes.
+
+Workers are many processes on many machines, so they do not serve metrics themselves:
+each figure is added to a ``reactq:metrics:{family}`` hash with ``HINCRBY`` /
+``HINCRBYFLOAT`` (one pipelined round trip per event, ≈ 0.1 ms), and the gateway's
+``GET /metrics`` (``dispatcher/metrics.py``) reads the hashes and renders them in the
+Prometheus text format. Nothing is ever reset: the values are monotonic counters, as
+Prometheus expects, across worker restarts.
+
+Hash layout (``FAMILIES`` is the schema both sides use):
+
+* counter: field = JSON list of label values, e.g. ``["scripted","prompt"]`` → total.
+* histogram: field = label values + the bucket's upper bound, e.g. ``["scripted","0.5"]`` →
+  observations that fell in that bucket only (not cumulative; ``"+Inf"`` for the rest),
+  and label values + ``"sum"`` → the sum of observed values. The reader accumulates.
+* ``metrics:inflight``: run id → start time, for every run started and not yet ended.
+* ``metrics:turns``: run id → start time of the run's current tool turn.
+
+Recording never raises: a Redis hiccup costs a data point, never a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import redis
+
+from shared.engine.state import RunState, ToolOutcome
+from shared.events import Event
+from shared.keys import Keys
+from shared.llm.base import LLM
+from shared.llm.registry import ModelRegistry
+from shared.models import ChatMessage, LLMResult, StreamChunk
+
+if TYPE_CHECKING:
+    from workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+INFLIGHT = "inflight"
+TURNS = "turns"
+
+_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One metric family: its hash (``metrics:{name}``) and its Prometheus name.
+
+    ``dispatcher/metrics.py`` (the reader, which may not import worker code) keeps an
+    equal copy of ``FAMILIES``; ``tests/integration/test_metrics.py`` checks they agree.
+    """
+
+    name: str
+    kind: Literal["counter", "histogram"]
+    help: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def prom_name(self) -> str:
+        return f"reactq_{self.name}"
+
+
+FAMILIES: dict[str, Family] = {f.name: f for f in (
+    Family("runs_started", "counter", "Runs started by a worker, by tool-loop mode.", ("mode",)),
+    Family("runs_ended", "counter", "Runs that reached a terminal state.", ("status", "mode")),
+    Family("run_seconds", "histogram", "Wall time of finished runs, first step to done.",
+           ("status",), _RUN_BUCKETS),
+    Family("turn_seconds", "histogram",
+           "One ReAct turn: the LLM call through its tool calls' fan-in.", ("model", "mode"),
+           _TURN_BUCKETS),
+    Family("llm_call_seconds", "histogram", "LLM calls (chat and streamed synthesis).",
+           ("model",), _LLM_BUCKETS),
+    Family("llm_errors", "counter", "Failed LLM calls, by HTTP status or error type.",
+           ("model", "code")),
+    Family("llm_tokens", "counter", "Tokens the model reported, prompt and completion.",
+           ("model", "kind")),
+    Family("tool_call_seconds", "histogram", "Tool calls, hooks included.", ("tool",),
+           _TOOL_BUCKETS),
+    Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",
+           ("tool", "kind")),
+)}
+
+
+def label_field(values: Iterable[str]) -> str:
+    return json.dumps([str(v) for v in values], separators=(",", ":"), ensure_ascii=False)
+
+
+def bucket_label(le: float) -> str:
+    """A bucket bound as written in a hash field (``repr`` of the float, or ``+Inf``)."""
+    return "+Inf" if le == float("inf") else repr(float(le))
+
+
+def bucket_for(family: Family, value: float) -> str:
+    for le in family.buckets:
+        if value <= le:
+            return bucket_label(le)
+    return "+Inf"
+
+
+class Batch:
+    """Metric updates gathered for one pipelined round trip (``flush``)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.rec = recorder
+        self.pipe = recorder.client.pipeline(transaction=False)
+        self.size = 0
+
+    def inc(self, family: str, labels: Iterable[str], amount: int = 1) -> Batch:
+        self.pipe.hincrby(self.rec.key(family), label_field(labels), amount)
+        self.size += 1
+        return self
+
+    def observe(self, family: str, labels: Iterable[str], value: float) -> Batch:
+        fam = FAMILIES[family]
+        values = [str(v) for v in labels]
+        value = max(0.0, float(value))
+        key = self.rec.key(family)
+        self.pipe.hincrby(key, label_field([*values, bucket_for(fam, value)]), 1)
+        self.pipe.hincrbyfloat(key, label_field([*values, "sum"]), value)
+        self.size += 2
+        return self
+
+    def hset(self, name: str, field: str, value: str) -> Batch:
+        self.pipe.hset(self.rec.key(name), field, value)
+        self.size += 1
+        return self
+
+    def hdel(self, name: str, field: str) -> Batch:
+        self.pipe.hdel(self.rec.key(name), field)
+        self.size += 1
+        return self
+
+    def flush(self) -> None:
+        if not self.size:
+            return
+        try:
+            self.pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("metrics not recorded: %s", exc)
+
+
+class Recorder:
+    """Writes metric updates for one Redis client and key prefix."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.client = client
+        self.keys = keys
+
+    def key(self, name: str) -> str:
+        return self.keys.metrics(name)
+
+    def batch(self) -> Batch:
+        return Batch(self)
+
+    # -- LLM ---------------------------------------------------------------------------
+    def llm_call(self, model: str, seconds: float, usage: dict[str, Any] | None,
+                 error: BaseException | None = None) -> None:
+        b = self.batch().observe("llm_call_seconds", [model], seconds)
+        if error is not None:
+            b.inc("llm_errors", [model, error_code(error)])
+        for kind in ("prompt", "completion"):
+            n = int((usage or {}).get(f"{kind}_tokens") or 0)
+            if n:
+                b.inc("llm_tokens", [model, kind], n)
+        b.flush()
+
+    # -- tools -------------------------------------------------------------------------
+    def tool(self, outcome: ToolOutcome) -> None:
+        b = self.batch()
+        if outcome.ended_at and outcome.started_at:
+            b.observe("tool_call_seconds", [outcome.tool_name], outcome.ended_at - outcome.started_at)
+        kind = ("blocked" if outcome.blocked else "uncertain" if outcome.uncertain
+                else "error" if outcome.error else None)
+        if kind:
+            b.inc("tool_errors", [outcome.tool_name, kind])
+        b.flush()
+
+
+def error_code(exc: BaseException) -> str:
+    """``"429"`` for an HTTP failure, else the exception's type (``LLMError``, ``StreamIncomplete``)."""
+    status = getattr(exc, "status_code", None)
+    return str(status) if status is not None else type(exc).__name__
+
+
+# -- run lifecycle (called by workers/drive.py after a step was committed) -------------
+
+def on_commit(rt: Runtime, state: RunState, step_no: int, events: list[Event],
+              began: float | None = None) -> None:
+    """Record what the step just committed (``step_no`` before it) means for the metrics.
+
+    * the run's first step (``step_no == 0``) ⇒ run started (by resolved mode), in flight;
+    * an LLM step (``began`` = when it started) whose reply asked for no tools ⇒ a turn
+      of ``now - began``; one that asked for tools ⇒ the turn goes on until its fan-in;
+    * a fan-in step (its events finish tool calls) ⇒ the turn started by the LLM step ends;
+    * a ``done`` event ⇒ run ended (status, mode), no longer in flight.
+
+    Commits are compare-and-set, so each step is counted once however often it was delivered.
+    """
+    try:
+        _on_commit(Recorder(rt.redis, rt.keys), state, step_no, events, began)
+    except redis.RedisError as exc:  # never let metrics fail a step
+        log.warning("metrics not recorded for run %s: %s", state.run_id, exc)
+
+
+def _on_commit(rec: Recorder, state: RunState, step_no: int, events: list[Event],
+               began: float | None) -> None:
+    now = time.time()
+    rid = state.run_id
+    turn_labels = [state.model, state.mode]
+    llm_turn = any(_is(e, "step", "thinking", "done") for e in events)
+    fan_in = not llm_turn and any(_is(e, "step", "iteration", "done") for e in events)
+    turn_start: float | None = None
+    if fan_in:
+        raw = rec.client.hget(rec.key(TURNS), rid)
+        turn_start = float(raw) if raw else None
+    b = rec.batch()
+    if step_no == 0:
+        b.inc("runs_started", [state.mode])
+        b.hset(INFLIGHT, rid, f"{state.started_at or now:.3f}")
+    if llm_turn and began is not None:
+        if state.phase == "tools":
+            b.hset(TURNS, rid, f"{began:.6f}")
+        else:
+            b.observe("turn_seconds", turn_labels, now - began)
+    if turn_start is not None:
+        b.observe("turn_seconds", turn_labels, now - turn_start)
+    if fan_in or state.phase == "done":
+        b.hdel(TURNS, rid)
+    if any(e.channel == "done" for e in events):
+        b.inc("runs_ended", [state.status, state.mode])
+        if state.started_at:
+            b.observe("run_seconds", [state.status], (state.ended_at or now) - state.started_at)
+        b.hdel(INFLIGHT, rid)
+    b.flush()
+
+
+def _is(e: Event, channel: str, type_: str, status: str) -> bool:
+    return e.channel == channel and e.data.get("type") == type_ and e.data.get("status") == status
+
+
+# -- a metering wrapper for the models a worker uses -----------------------------------
+
+class MeteredLLM:
+    """An ``LLM`` that records each call's latency, errors and tokens, then delegates.
+
+    ``name``, ``abilities`` and ``context_size`` are the wrapped model's own (the same
+    objects); any other attribute (``model``, ``base_url``, …) is read through.
+    """
+
+    def __init__(self, inner: LLM, recorder: Recorder) -> None:
+        self._inner = inner
+        self._recorder = recorder
+        self.name = inner.name
+        self.abilities = inner.abilities
+        self.context_size = inner.context_size
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    def __repr__(self) -> str:
+        return f"MeteredLLM({self._inner!r})"
+
+    async def chat(self, messages: list[ChatMessage], **kwargs: Any) -> LLMResult:
+        started = time.perf_counter()
+        try:
+            result = await self._inner.chat(messages, **kwargs)
+        except Exception as exc:
+            self._recorder.llm_call(self.name, time.perf_counter() - started, None, exc)
+            raise
+        self._recorder.llm_call(self.name, time.perf_counter() - started, result.usage)
+        return result
+
+    def stream_chat(self, messages: list[ChatMessage], **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        started = time.perf_counter()
+        try:
+            inner = self._inner.stream_chat(messages, **kwargs)
+        except Exception as exc:
+            self._recorder.llm_call(self.name, time.perf_counter() - started, None, exc)
+            raise
+        return self._metered(inner, started)
+
+    async def _metered(self, inner: AsyncIterator[StreamChunk], started: float) -> AsyncIterator[StreamChunk]:
+        usage: dict[str, Any] | None = None
+        error: BaseException | None = None
+        try:
+            async for chunk in inner:
+                if chunk.usage:
+                    usage = chunk.usage
+                yield chunk
+        except Exception as exc:
+            error = exc
+            raise
+        finally:
+            self._recorder.llm_call(self.name, time.perf_counter() - started, usage, error)
+
+
+def metered_registry(registry: ModelRegistry, recorder: Recorder) -> ModelRegistry:
+    """A copy of ``registry`` whose models are ``MeteredLLM``s (same names, roles, specs)."""
+    out = ModelRegistry()
+    for name in registry.list_models():
+        out.register(name, MeteredLLM(registry.get(name), recorder), registry.roles_of(name),
+                     spec=registry.spec_of(name))
+    return out
+
+
+def record_tool(rt: Runtime, outcome: ToolOutcome) -> None:
+    """A tool call this worker just executed (called where ``drive.tool`` records it)."""
+    Recorder(rt.redis, rt.keys).tool(outcome)
