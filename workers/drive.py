@@ -70,6 +70,8 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
             return  # tools still running: their last one sends the next iterate
         if not _commit(rt, state, current, events, send, chain=True, began=began):
             return
+        if state.phase == "tools":
+            return  # _commit sent the tool tasks; the last to finish sends the fan-in
         current = state.step_no
     if state.phase == "answer":
         send(ANSWER, [run_id, current], RUNS)

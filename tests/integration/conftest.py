@@ -57,8 +57,10 @@ class ScriptBook:
             found = self.scripts.get(query)
         if found is None:
             # Tool selection and other helper calls put the query inside a longer prompt.
+            # The longest contained key wins, so "q [id]" beats a plain "q" another test used.
             with self._lock:
-                found = next((v for k, v in self.scripts.items() if k in query), None)
+                keys = sorted((k for k in self.scripts if k in query), key=len, reverse=True)
+                found = self.scripts[keys[0]] if keys else None
         if found is None:
             return reply_error(400, {"error": {"message": f"no script for {query[:100]!r}"}})
         turns, synthesis = found
