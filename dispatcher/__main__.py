@@ -1,0 +1,5 @@
+"""``python -m dispatcher`` is ``reactq``."""
+
+from dispatcher.cli import main
+
+main()

@@ -1,0 +1,488 @@
+"""The ``reactq`` command line (typer + rich).
+
+Exit codes: 0 the run succeeded (or the command did what it was asked), 1 the run failed or
+was cancelled (for ``batch``: some line did not succeed), 2 bad usage — including a request
+refused at the door (the message names the field and the limit), an unknown run id and a
+configuration error — and 130 interrupted (Ctrl-C).
+
+Pretty output goes to stdout, notes (the run id, how to watch it again, what was started)
+to stderr, so ``reactq run … > answer.txt`` keeps only the run. ``--json`` prints the raw
+events, one ``{"id", "event", "data"}`` object per line.
+
+Heavy modules (Celery, FastAPI, the engine) are imported inside the commands that need
+them, so ``reactq --help`` and ``reactq status`` start fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import redis.exceptions
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from shared.errors import ConfigError, RequestError, RunNotFound
+from shared.settings import Settings
+
+if TYPE_CHECKING:
+    from dispatcher.client import Dispatcher, RunHandle
+    from shared.events import Event
+    from shared.requests import RunRequest
+
+app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class Mode(str, Enum):
+    auto = "auto"
+    json = "json"
+    native = "native"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    err.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """Each bad field with pydantic's message, which states the limit."""
+    from dispatcher.batch import format_validation
+
+    return format_validation(exc)
+
+
+def settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        fail(f"bad configuration: {validation_message(exc)}")
+
+
+def dispatcher(s: Settings | None = None) -> Dispatcher:
+    from dispatcher.client import Dispatcher
+
+    return Dispatcher(s or settings())
+
+
+def handle_for(run_id: str) -> RunHandle:
+    try:
+        return dispatcher().handle(run_id)
+    except RunNotFound as exc:
+        fail(str(exc))
+
+
+def exit_code_for(status: str | None) -> int:
+    return EXIT_OK if status == "succeeded" else EXIT_FAILED
+
+
+def print_json_event(stream_id: str | None, event: Event) -> None:
+    from dispatcher.render import json_line
+
+    print(json_line(stream_id, event), flush=True)
+
+
+def build_request(query: str, model: str | None, tools: str | None, mode: Mode,
+                  max_iterations: int | None, completion_check: bool) -> RunRequest:
+    """Options → a validated ``RunRequest`` (exit 2 naming the field otherwise)."""
+    from shared.requests import RunRequest
+
+    fields: dict[str, Any] = {"query": query, "mode": mode.value, "completion_check": completion_check}
+    if model:
+        fields["model"] = model
+    if tools is not None:
+        fields["tools"] = [t.strip() for t in tools.split(",") if t.strip()]
+    if max_iterations is not None:
+        fields["max_iterations"] = max_iterations
+    try:
+        return RunRequest.model_validate(fields)
+    except ValidationError as exc:
+        fail(f"invalid request: {validation_message(exc)}")
+
+
+# ----------------------------------------------------------------------------- run / watch
+
+
+def follow(handle: RunHandle, *, as_json: bool, after: str | None = None) -> int:
+    """Stream a run's events to the terminal until ``done``; returns the exit code."""
+    from dispatcher.render import RunRenderer
+
+    renderer = None if as_json else RunRenderer(out)
+    final_status: str | None = None
+    try:
+        for stream_id, event in handle.events(after=after):
+            if renderer is None:
+                print_json_event(stream_id, event)
+            else:
+                renderer.handle(event, stream_id)
+            if event.channel == "done":
+                final_status = event.data.get("status")
+    finally:
+        if renderer is not None:
+            renderer.close()
+    return exit_code_for(final_status)
+
+
+def ask_what_to_do(handle: RunHandle) -> None:
+    """Ctrl-C during ``run``: cancel the run, or leave it running and say how to watch it.
+    Without a terminal to ask on, the run is left running."""
+    watch = f"reactq watch {handle.run_id}"
+    if sys.stdin.isatty():
+        try:
+            cancel = typer.confirm("\nCancel the run? (no = leave it running)", default=False, err=True)
+        except (KeyboardInterrupt, EOFError, typer.Abort):
+            cancel = False
+        if cancel:
+            handle.cancel()
+            err.print(f"cancel requested for run {handle.run_id}")
+            return
+    err.print(f"\nrun {handle.run_id} left running; watch it with: [bold]{watch}[/]")
+
+
+def workers_answering(d: Dispatcher) -> bool:
+    # limit=1: return on the first reply instead of waiting out the whole timeout.
+    replies = d.celery.control.ping(timeout=1.0, limit=1) or []
+    return bool(replies)
+
+
+def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
+    """No worker answers ⇒ start one here (the embedded default: works on a fresh machine)."""
+    if workers_answering(d):
+        return
+    from dispatcher.local import ensure_workers
+
+    err.print(f"[dim]no worker is running: starting a local one (log: {s.data_dir}/worker-0.log; "
+              f"stop it with `reactq down`)[/]")
+    try:
+        ensure_workers(s, ping=False)
+    except RuntimeError as exc:
+        fail(str(exc), EXIT_FAILED)
+
+
+def run_distributed(req: RunRequest, s: Settings, as_json: bool) -> int:
+    d = dispatcher(s)
+    try:
+        d.validate(req)
+    except RequestError as exc:
+        fail(f"invalid request: {exc}")
+    ensure_local_workers(s, d)
+    handle = d.submit(req)
+    err.print(f"[dim]run {handle.run_id} · watch: reactq watch {handle.run_id}[/]")
+    try:
+        return follow(handle, as_json=as_json)
+    except KeyboardInterrupt:
+        ask_what_to_do(handle)
+        return EXIT_INTERRUPTED
+
+
+def run_in_process(req: RunRequest, s: Settings, as_json: bool) -> int:
+    """``--local``: the in-process shell, same engine and events, no Redis and no workers."""
+    from dispatcher.render import RunRenderer
+    from shared.engine.context import ContextGuard
+    from shared.engine.steps import EngineDeps
+    from shared.hooks_loader import default_hooks
+    from shared.inprocess import run_local
+    from shared.llm.registry import load_registry
+    from shared.requests import check_run_request
+    from shared.settings import EngineConfig
+    from shared.tools.loader import default_registry
+
+    models = load_registry(s)
+    tools = default_registry(s)
+    try:
+        check_run_request(req, tools=tools.names(), models=models.list_models())
+    except RequestError as exc:
+        fail(f"invalid request: {exc}")
+    llm = models.get(req.model) if req.model else models.get_default()
+    fast = models.resolve("fast")
+    config = EngineConfig()
+    guard = ContextGuard(config.context_budget, llm=fast, max_message_chars=config.max_message_chars,
+                         keep_recent=config.keep_recent)
+    deps = EngineDeps(llm=llm, registry=tools, hooks=default_hooks(s), config=config, guard=guard,
+                      selection_llm=fast)
+    renderer = None if as_json else RunRenderer(out)
+
+    class Sink:
+        async def emit(self, events: list[Event]) -> None:
+            for e in events:
+                if renderer is None:
+                    print_json_event(None, e)
+                else:
+                    renderer.handle(e)
+
+    try:
+        state = asyncio.run(run_local(req, deps, sink=Sink()))
+    except KeyboardInterrupt:
+        err.print("\nstopped (an in-process run ends with its process)")
+        return EXIT_INTERRUPTED
+    finally:
+        if renderer is not None:
+            renderer.close()
+    return exit_code_for(state.status)
+
+
+@app.command()
+def run(
+    query: str = typer.Argument(..., help="the question"),
+    model: str | None = typer.Option(None, "--model", "-m", help="a model name from the registry"),
+    tools: str | None = typer.Option(None, "--tools", "-t", help="comma-separated tool allowlist"),
+    mode: Mode = typer.Option(Mode.auto, "--mode", help="tool-loop mode"),
+    as_json: bool = typer.Option(False, "--json", help="print raw events as JSON lines"),
+    local: bool = typer.Option(False, "--local", help="run in this process (no Redis, no workers)"),
+    max_iterations: int | None = typer.Option(None, "--max-iterations", help="loop limit (1..200)"),
+    no_completion_check: bool = typer.Option(False, "--no-completion-check",
+                                             help="skip the one-time completion checklist"),
+) -> None:
+    """Run an agent and render it live: thinking, tool calls, the streamed answer, a footer."""
+    req = build_request(query, model, tools, mode, max_iterations, not no_completion_check)
+    s = settings()
+    try:
+        code = run_in_process(req, s, as_json) if local else run_distributed(req, s, as_json)
+    except ConfigError as exc:
+        fail(str(exc))
+    raise typer.Exit(code)
+
+
+@app.command()
+def watch(
+    run_id: str = typer.Argument(..., help="the run to watch"),
+    as_json: bool = typer.Option(False, "--json", help="print raw events as JSON lines"),
+    after: str | None = typer.Option(None, "--after", help="start after this stream id"),
+) -> None:
+    """Follow a run's events (from the start, or after a stream id) until it ends."""
+    handle = handle_for(run_id)
+    try:
+        code = follow(handle, as_json=as_json, after=after)
+    except KeyboardInterrupt:
+        err.print(f"\nstopped watching; run {run_id} goes on")
+        code = EXIT_INTERRUPTED
+    raise typer.Exit(code)
+
+
+@app.command()
+def interrupt(run_id: str = typer.Argument(...), text: str = typer.Argument(..., help="the message")) -> None:
+    """Send the run a message; it is taken in at the run's next drain point."""
+    handle = handle_for(run_id)
+    try:
+        msg_id = handle.interrupt(text)
+    except RequestError as exc:
+        fail(str(exc), EXIT_FAILED if exc.field == "run_id" else EXIT_USAGE)
+    out.print(msg_id)
+
+
+@app.command()
+def cancel(
+    run_id: str = typer.Argument(...),
+    wait: bool = typer.Option(False, "--wait", help="wait until the run has ended"),
+) -> None:
+    """Ask a run to stop at its next step boundary (it ends 'cancelled')."""
+    handle = handle_for(run_id)
+    status = handle.status()["status"]
+    if status in ("succeeded", "failed", "cancelled"):
+        err.print(f"run {run_id} has already ended ({status})")
+        raise typer.Exit(EXIT_OK)
+    handle.cancel()
+    if wait:
+        status = handle.result(timeout=None)["status"]
+        out.print(f"run {run_id} {status}")
+    else:
+        out.print(f"cancel requested for run {run_id}")
+
+
+@app.command()
+def status(
+    run_id: str = typer.Argument(...),
+    as_json: bool = typer.Option(False, "--json", help="print the status as JSON"),
+) -> None:
+    """A run's status and, once it ended, its result."""
+    st = handle_for(run_id).status()
+    if as_json:
+        print(json.dumps(st, ensure_ascii=False))
+        return
+    from dispatcher.render import fmt_tokens, one_line
+
+    table = Table(show_header=False, box=None)
+    table.add_row("run", st["run_id"])
+    table.add_row("status", st["status"])
+    table.add_row("events", str(st["events"]))
+    res = st.get("result")
+    if res:
+        table.add_row("iterations", str(res.get("iterations")))
+        table.add_row("tokens", fmt_tokens(res.get("usage")))
+        table.add_row("elapsed", f"{res.get('elapsed')}s")
+        if res.get("error"):
+            table.add_row("error", one_line(str(res["error"]), 200))
+        table.add_row("answer", one_line(str(res.get("answer") or ""), 500))
+    out.print(table)
+
+
+# ----------------------------------------------------------------------------- batch / dag
+
+
+@app.command()
+def batch(
+    input_file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
+                                      help="JSONL: one RunRequest (optionally with an id) per line"),
+    output: Path = typer.Option(..., "--output", "-o", help="JSONL results (appended; resumable)"),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=1000, help="runs in flight"),
+) -> None:
+    """Run every line of a JSONL file; rerun with the same output file to resume."""
+    from dispatcher.batch import run_file_batch
+
+    s = settings()
+    d = dispatcher(s)
+    try:
+        d.catalog()  # reach Redis and the registries now: a config error is exit 2, not N bad lines
+        ensure_local_workers(s, d)
+        tally, interrupted = run_file_batch(input_file, output, concurrency=concurrency, dispatcher=d,
+                                            console=err)
+    except ConfigError as exc:
+        fail(str(exc))
+    summary = (f"{tally.done}/{tally.total} done: {tally.succeeded} succeeded, {tally.failed} failed, "
+               f"{tally.invalid} invalid, {tally.tokens:,} tokens → {output}")
+    if interrupted:
+        err.print(f"interrupted: {summary}\nrerun the same command to resume (runs in flight are re-attached)")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    err.print(summary)
+    raise typer.Exit(EXIT_OK if tally.succeeded == tally.total else EXIT_FAILED)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+             add_help_option=False)
+def dag(ctx: typer.Context) -> None:
+    """Run a DAG: 'reactq dag PLAN.json' or 'reactq dag --goal TEXT'."""
+    # Imported here: the DAG command lives in its own module and is only loaded when used.
+    try:
+        from dispatcher import dag_cli
+    except ImportError as exc:
+        fail(f"the dag command is not available in this build ({exc})")
+    sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+    sub.command()(dag_cli.dag)
+    typer.main.get_command(sub).main(args=ctx.args, prog_name="reactq dag")
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on"),
+    port: int = typer.Option(8000, "--port", help="port"),
+    log_level: str = typer.Option("info", "--log-level"),
+    start_workers: bool = typer.Option(False, "--start-workers",
+                                       help="start a local worker when none is running"),
+) -> None:
+    """The HTTP + SSE gateway (uvicorn)."""
+    import uvicorn
+
+    s = settings()
+    if start_workers:
+        ensure_local_workers(s, dispatcher(s))
+    if not s.redis_url:
+        # Resolve the embedded server once, here, so the app and its threads share it.
+        from shared.redisconn import redis_url
+
+        os.environ["REACTQ_REDIS_URL"] = redis_url(s)
+    uvicorn.run("dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(
+    ctx: typer.Context,
+    queues: str = typer.Option("reactq.runs,reactq.tools", "--queues", "-Q", help="queues to consume"),
+    pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
+) -> None:
+    """A Celery worker with reactq's queues ('celery -A workers.app worker'; extra args pass through)."""
+    # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
+    from dispatcher.local import worker_command
+    from shared.redisconn import redis_url
+
+    s = settings()
+    env = dict(os.environ)
+    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
+    # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
+    os.execve(cmd[0], cmd, env)
+
+
+@app.command()
+def down() -> None:
+    """Stop the local workers 'reactq run' started and the embedded Valkey server."""
+    from dispatcher.local import stop_workers
+
+    s = settings()
+    n = stop_workers(s)
+    embedded = "" if s.redis_url else " and the embedded server"
+    out.print(f"stopped {n} local worker(s){embedded}")
+
+
+# ----------------------------------------------------------------------------- catalogs
+
+
+@app.command()
+def models(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The model registry (no secrets)."""
+    from shared.llm.registry import load_registry
+
+    try:
+        specs = load_registry(settings()).specs()
+    except ConfigError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps([sp.model_dump(mode="json") for sp in specs], ensure_ascii=False))
+        return
+    table = Table("name", "model", "roles", "abilities", "base url")
+    for sp in specs:
+        table.add_row(sp.name, sp.model, ", ".join(sp.roles),
+                      ", ".join(k for k, v in sp.abilities.items() if v), sp.base_url or "")
+    out.print(table)
+
+
+@app.command()
+def tools(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The tools runs can use (built-ins + REACTQ_TOOLS)."""
+    from shared.tools.loader import default_registry
+
+    try:
+        reg = default_registry(settings())
+    except ConfigError as exc:
+        fail(str(exc))
+    rows = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
+             "parameters": t.parameters()} for t in reg]
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return
+    table = Table("name", "description", "idempotent")
+    for row in rows:
+        table.add_row(row["name"], row["description"].splitlines()[0] if row["description"] else "",
+                      "yes" if row["idempotent"] else "no")
+    out.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except redis.exceptions.ConnectionError as exc:
+        # Not a usage error and not a failed run: the infrastructure is not there.
+        err.print(f"[red]error:[/] cannot reach Redis ({exc}); is REACTQ_REDIS_URL right?")
+        sys.exit(EXIT_FAILED)
+
+
+if __name__ == "__main__":
+    main()
