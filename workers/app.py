@@ -19,5 +19,5 @@ from celery import Celery
 from shared.settings import Settings
 from workers.config import celery_config
 
-app = Celery("reactq", include=["workers.tasks"])
+app = Celery("reactq", include=["workers.tasks", "workers.dag"])
 app.conf.update(celery_config(Settings()))

@@ -1,0 +1,157 @@
+"""The DAG door's Python API: submit a goal or a plan, watch it, talk to it.
+
+    d = DagDispatcher()                                   # settings from the environment
+    h = d.submit(DagRequest(goal="…", steps=[…]))         # or just a goal: the planner plans
+    for stream_id, event in h.events():                   # phase, step_progress, answer, done
+        ...
+    h.result(timeout=300)                                 # {answer, achieved, confidence, …}
+    h.status()                                            # GET /v1/dags/{id}
+
+Bad input is refused here, before anything is stored or enqueued (``RequestError`` naming
+the field): unknown tools or model, repeated step ids, a cycle (naming the steps on it), a
+plan above ``REACTQ_DAG_MAX_STEPS``. Tasks are sent by name; no worker code is imported.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from functools import cached_property
+from typing import Any
+
+import redis
+
+from dispatcher.client import Dispatcher
+from shared.dag.config import DagConfig
+from shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
+from shared.dag.state import TERMINAL_DAG_STATUSES
+from shared.dag.store import DagNotFound, DagStore, public_view
+from shared.errors import RequestError
+from shared.events import Event
+from shared.requests import DagRequest, check_names
+from shared.settings import Settings
+
+__all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
+
+START = "reactq.dag.start"
+ADVANCE = "reactq.dag.advance"
+
+
+def check_plan(request: DagRequest, *, max_steps: int) -> None:
+    """The registry-free checks of a user plan (ids, size, cycles); ``RequestError``."""
+    if request.steps is None:
+        return
+    steps = [PlanStep(**s.model_dump()) for s in request.steps]
+    try:
+        if len(steps) > max_steps:
+            raise PlanTooLargeError(len(steps), max_steps)
+        check_unique_ids(steps)
+        validate_steps(steps)  # dangling dependencies are pruned later, with a warning event
+    except PlanError as exc:
+        raise RequestError(str(exc), field="steps") from exc
+
+
+class DagHandle:
+    """One submitted DAG. Cheap to create from an id (``DagDispatcher.handle``)."""
+
+    def __init__(self, dispatcher: DagDispatcher, dag_id: str, *, created: bool = True) -> None:
+        self.d = dispatcher
+        self.dag_id = dag_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"DagHandle({self.dag_id!r})"
+
+    def status(self) -> dict[str, Any]:
+        """``GET /v1/dags/{id}``: status, phase, round, steps (status, run_id, result), answer."""
+        return public_view(self.d.store.load(self.dag_id))
+
+    def events(self, after: str | None = None, *, block_ms: int = 1000, until_done: bool = True,
+               timeout: float | None = None) -> Iterator[tuple[str, Event]]:
+        """Yield ``(stream_id, event)`` after ``after`` (None = the start), waiting for new
+        ones; stops after ``done`` (or at ``timeout`` seconds, or at once if not
+        ``until_done`` and nothing is new)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        cursor = after
+        while True:
+            batch = self.d.store.read_events(self.dag_id, cursor, block_ms=block_ms)
+            for stream_id, event in batch:
+                cursor = stream_id
+                yield stream_id, event
+                if until_done and event.channel == "done":
+                    return
+            if not batch:
+                if not until_done or (deadline is not None and time.monotonic() > deadline):
+                    return
+                self.d.store.load(self.dag_id)  # raises DagNotFound once it expired
+
+    def result(self, timeout: float | None = None, poll: float = 0.1) -> dict[str, Any]:
+        """Wait until the DAG ended; its ``done`` payload. ``TimeoutError`` otherwise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            rec = self.d.store.load(self.dag_id)
+            if rec.status in TERMINAL_DAG_STATUSES and rec.result is not None:
+                return {"dag_id": self.dag_id, **rec.result}
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"DAG {self.dag_id} still {rec.status} after {timeout}s")
+            time.sleep(poll)
+
+    def cancel(self) -> None:
+        """Cancel: running steps' child runs are cancelled, pending steps skipped."""
+        rec = self.d.store.load(self.dag_id)
+        if rec.status in TERMINAL_DAG_STATUSES:
+            return
+        self.d.store.request_cancel(self.dag_id)
+        self.d.runs.send(ADVANCE, [self.dag_id, None])
+
+    def interrupt(self, text: str) -> str:
+        """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
+        if not text.strip():
+            raise RequestError("content must not be empty", field="content")
+        if self.d.store.load(self.dag_id).status in TERMINAL_DAG_STATUSES:
+            raise RequestError(f"DAG {self.dag_id} has already ended", field="dag_id")
+        msg_id = self.d.store.add_interrupt(self.dag_id, text)
+        self.d.runs.send(ADVANCE, [self.dag_id, None])
+        return msg_id
+
+
+class DagDispatcher:
+    """Submits DAGs to the workers and reads them back from Redis."""
+
+    def __init__(self, settings: Settings | None = None, *,
+                 redis_client: redis.Redis | None = None, config: DagConfig | None = None) -> None:
+        self.settings = settings or Settings()
+        self.runs = Dispatcher(self.settings, redis_client=redis_client)
+        self.config = config or DagConfig()
+
+    @cached_property
+    def store(self) -> DagStore:
+        return DagStore(self.runs.redis, keys=self.runs.keys,
+                        ttl_seconds=self.settings.run_ttl_seconds,
+                        maxlen=self.settings.events_maxlen)
+
+    def validate(self, request: DagRequest | dict[str, Any]) -> DagRequest:
+        """Pydantic validation, registry checks and plan checks; raises naming the field."""
+        req = request if isinstance(request, DagRequest) else DagRequest.model_validate(request)
+        tools, models = self.runs.catalog()
+        check_names("tools", req.tools, tools, "tool names")
+        if req.model is not None:
+            check_names("model", [req.model], models, "model")
+        check_plan(req, max_steps=self.config.max_steps)
+        return req
+
+    def submit(self, request: DagRequest | dict[str, Any], *, dag_id: str | None = None) -> DagHandle:
+        """Validate, store and enqueue. An ``idempotency_key`` seen before returns the
+        existing DAG and enqueues nothing."""
+        req = self.validate(request)
+        did, created = self.store.create(dag_id or uuid.uuid4().hex, req.model_dump(mode="json"),
+                                         idempotency_key=req.idempotency_key)
+        if created:
+            self.runs.send(START, [did])
+        return DagHandle(self, did, created=created)
+
+    def handle(self, dag_id: str) -> DagHandle:
+        """A handle for an existing DAG (``DagNotFound`` if there is none)."""
+        self.store.load(dag_id)
+        return DagHandle(self, dag_id, created=False)

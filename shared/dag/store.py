@@ -1,0 +1,217 @@
+"""The DAG store: ``reactq:dag:{id}`` (hash), its events stream and its interrupts stream.
+
+Hash fields: ``status``, ``request``, ``result``, ``created_at``, ``updated_at`` (the
+contract, as for runs), plus ``state`` (``DagState`` JSON), ``version`` (bumped by every
+save), ``pub_seq`` (the last published event seq), ``phase``, ``round`` and ``cancel``.
+
+All writes of state and events go through two Lua scripts. ``commit`` saves the state only
+if ``version`` is still the one the caller loaded (compare-and-set) and publishes the
+transition's events in the same script, so two workers can never both advance the same
+version and state and events never disagree. Both scripts skip events whose seq is not
+above ``pub_seq``: a redelivered task publishes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from shared.errors import RunNotFound
+from shared.events import Event, dumps
+from shared.keys import Keys
+
+from .machine import result_of
+from .state import DagState, dump_dag, load_dag
+
+__all__ = ["DagNotFound", "DagRecord", "DagStore", "public_view"]
+
+
+class DagNotFound(RunNotFound):
+    """No DAG with that id (or it expired)."""
+
+
+_EVENTS = """
+local function publish(hash, stream, maxlen, first)
+  local last = tonumber(redis.call('HGET', hash, 'pub_seq') or '0')
+  for i = first, #ARGV, 3 do
+    local seq = tonumber(ARGV[i])
+    if seq > last then
+      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
+      last = seq
+    end
+  end
+  redis.call('HSET', hash, 'pub_seq', last)
+  return last
+end
+"""
+
+# KEYS: hash, events. ARGV: maxlen, then (seq, channel, data) triples.
+_PUBLISH = _EVENTS + """
+return publish(KEYS[1], KEYS[2], ARGV[1], 2)
+"""
+
+# KEYS: hash, events, interrupts. ARGV: expected version, state, status, result ('' = none),
+# now, ttl (0 = keep), maxlen, phase, round, then event triples.
+_COMMIT = _EVENTS + """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
+if cur ~= tonumber(ARGV[1]) then return -1 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'version', cur + 1, 'status', ARGV[3],
+           'updated_at', ARGV[5], 'phase', ARGV[8], 'round', ARGV[9])
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[4]) end
+local last = publish(KEYS[1], KEYS[2], ARGV[7], 10)
+local ttl = tonumber(ARGV[6])
+if ttl > 0 then
+  for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ttl) end
+end
+return last
+"""
+
+
+@dataclass
+class DagRecord:
+    """A DAG as stored; ``state`` is None until its first task ran."""
+
+    dag_id: str
+    status: str
+    version: int
+    pub_seq: int
+    state: DagState | None
+    request: dict[str, Any]
+    cancel: bool
+    created_at: float
+    updated_at: float
+    result: dict[str, Any] | None
+
+
+def _s(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+class DagStore:
+    """Synchronous access to DAGs (workers, dispatcher)."""
+
+    def __init__(self, client: redis.Redis, *, keys: Keys | None = None,
+                 ttl_seconds: int = 86400, maxlen: int = 10_000) -> None:
+        self.r = client
+        self.keys = keys or Keys()
+        self.ttl = ttl_seconds
+        self.maxlen = maxlen
+        self._publish = client.register_script(_PUBLISH)
+        self._commit = client.register_script(_COMMIT)
+
+    def create(self, dag_id: str, request: dict[str, Any], *,
+               idempotency_key: str | None = None) -> tuple[str, bool]:
+        """Store a new queued DAG. A key used before returns ``(existing_id, False)``."""
+        if idempotency_key is not None:
+            # Namespaced: a run and a DAG may carry the same key without meeting.
+            idem = self.keys.idem(f"dag:{idempotency_key}")
+            if not self.r.set(idem, dag_id, nx=True, ex=self.ttl):
+                existing = self.r.get(idem)
+                if existing is not None:
+                    return _s(existing), False
+                self.r.set(idem, dag_id, ex=self.ttl)
+        now = f"{time.time():.6f}"
+        self.r.hset(self.keys.dag(dag_id), mapping={
+            "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
+            "version": 0, "pub_seq": 0, "phase": "planning", "round": 0})
+        return dag_id, True
+
+    def load(self, dag_id: str) -> DagRecord:
+        raw = self.r.hgetall(self.keys.dag(dag_id))
+        if not raw:
+            raise DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)")
+        f = {_s(k): v for k, v in raw.items()}
+        return DagRecord(
+            dag_id=dag_id, status=_s(f.get("status", b"queued")),
+            version=int(f.get("version", 0)), pub_seq=int(f.get("pub_seq", 0)),
+            state=load_dag(f["state"]) if "state" in f else None,
+            request=json.loads(f["request"]) if "request" in f else {},
+            cancel=_s(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
+            updated_at=float(f.get("updated_at", 0)),
+            result=json.loads(f["result"]) if "result" in f else None)
+
+    def commit(self, state: DagState, expected_version: int, events: list[Event]) -> bool:
+        """Save ``state`` and publish ``events`` if nobody saved since ``expected_version``."""
+        state.version = expected_version + 1
+        terminal = state.phase == "done"
+        result = ""
+        if terminal:
+            result = dumps(result_of(state))
+        args: list[Any] = [expected_version, dump_dag(state), state.status, result,
+                           f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen,
+                           state.phase, state.round]
+        args += _triples(events)
+        keys = [self.keys.dag(state.dag_id), self.keys.dag_events(state.dag_id),
+                self.keys.dag_interrupts(state.dag_id)]
+        ok = int(self._commit(keys=keys, args=args)) >= 0
+        if not ok:
+            state.version = expected_version
+        return ok
+
+    def publish(self, dag_id: str, events: list[Event]) -> int:
+        """Publish now (live answer deltas), skipping seqs already published."""
+        if not events:
+            return -1
+        keys = [self.keys.dag(dag_id), self.keys.dag_events(dag_id)]
+        return int(self._publish(keys=keys, args=[self.maxlen, *_triples(events)]))
+
+    def request_cancel(self, dag_id: str) -> None:
+        self.r.hset(self.keys.dag(dag_id), "cancel", "1")
+
+    def cancel_requested(self, dag_id: str) -> bool:
+        return _s(self.r.hget(self.keys.dag(dag_id), "cancel") or b"0") == "1"
+
+    def add_interrupt(self, dag_id: str, content: str) -> str:
+        return _s(self.r.xadd(self.keys.dag_interrupts(dag_id), {"content": content}))
+
+    def interrupts_after(self, dag_id: str, cursor: str | None) -> list[tuple[str, str]]:
+        """``(stream id, content)`` of follow-ups after ``cursor``."""
+        entries = self.r.xrange(self.keys.dag_interrupts(dag_id),
+                                min=f"({cursor}" if cursor else "-", max="+")
+        return [(_s(i), _s(f.get(b"content", f.get("content", b"")))) for i, f in entries]
+
+    def read_events(self, dag_id: str, after: str | None = None, *, block_ms: int | None = None,
+                    count: int = 500) -> list[tuple[str, Event]]:
+        """Events after stream id ``after`` (None = from the start), optionally blocking."""
+        key = self.keys.dag_events(dag_id)
+        if block_ms is None:
+            entries = self.r.xrange(key, min=f"({after}" if after else "-", max="+", count=count)
+        else:
+            res = self.r.xread({key: after or "0-0"}, block=block_ms, count=count)
+            entries = res[0][1] if res else []
+        return [(_s(i), Event.from_fields(f)) for i, f in entries]
+
+
+def public_view(rec: DagRecord) -> dict[str, Any]:
+    """``GET /v1/dags/{id}``: status, round, steps (status, run_id, result …), answer."""
+    state = rec.state
+    base: dict[str, Any] = {"dag_id": rec.dag_id, "status": rec.status,
+                            "created_at": rec.created_at, "updated_at": rec.updated_at,
+                            "events": rec.pub_seq, "goal": rec.request.get("goal")}
+    if state is None:
+        steps = [{**s, "status": "pending", "run_id": None, "result": None}
+                 for s in rec.request.get("steps") or []]
+        return {**base, "phase": "planning", "round": 0, "steps": steps, "answer": None,
+                "achieved": None, "confidence": None, "rounds": [], "result": None}
+    analysis = state.analysis
+    return {**base, "phase": state.phase, "round": state.round,
+            "steps": [s.public() for s in state.steps],
+            "answer": state.answer if state.phase == "done" else None,
+            "achieved": analysis.achieved if analysis else None,
+            "confidence": analysis.confidence if analysis else None,
+            "followups": state.followups,
+            "rounds": [{"round": r.round,
+                        "analysis": r.analysis.model_dump() if r.analysis else None,
+                        "steps": [s.public() for s in r.steps]} for r in state.history],
+            "usage": state.usage.public(), "error": state.error, "result": rec.result}
+
+
+def _triples(events: list[Event]) -> list[Any]:
+    out: list[Any] = []
+    for e in events:
+        out += [e.seq, e.channel, dumps(e.data)]
+    return out
