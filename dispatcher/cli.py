@@ -366,10 +366,8 @@ def batch(
 def dag(ctx: typer.Context) -> None:
     """Run a DAG: 'reactq dag PLAN.json' or 'reactq dag --goal TEXT'."""
     # Imported here: the DAG command lives in its own module and is only loaded when used.
-    try:
-        from dispatcher import dag_cli
-    except ImportError as exc:
-        fail(f"the dag command is not available in this build ({exc})")
+    from dispatcher import dag_cli
+
     sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
     sub.command()(dag_cli.dag)
     typer.main.get_command(sub).main(args=ctx.args, prog_name="reactq dag")

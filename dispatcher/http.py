@@ -421,13 +421,11 @@ def _register_ops(app: FastAPI, gw: Gateway) -> None:
     async def healthz() -> Any:
         return await _healthz(gw)
 
-    metrics = _optional("metrics")
+    from dispatcher import metrics
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     async def get_metrics() -> Any:
         """Prometheus exposition (``dispatcher.metrics.render``)."""
-        if metrics is None:
-            return JSONResponse({"detail": "metrics are not available in this build"}, status_code=501)
         body, content_type = await asyncio.to_thread(metrics.render, gw.settings)
         return Response(body, media_type=content_type)
 
@@ -435,17 +433,6 @@ def _register_ops(app: FastAPI, gw: Gateway) -> None:
 async def _redis_down(_: Request, exc: Exception) -> JSONResponse:
     """Redis unreachable is the service's problem, not the caller's: 503, not a bare 500."""
     return JSONResponse({"detail": f"Redis is unreachable: {exc}"}, status_code=503)
-
-
-def _optional(name: str) -> Any:
-    """A sibling module that may not exist yet (DAG routes, metrics): absent ⇒ a warning."""
-    import importlib
-
-    try:
-        return importlib.import_module(f"dispatcher.{name}")
-    except ImportError as exc:
-        log.warning("dispatcher.%s is not available (%s); its routes are disabled", name, exc)
-        return None
 
 
 def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:
@@ -471,9 +458,9 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     _register_runs(app, gw)
     _register_batches(app, gw)
     _register_ops(app, gw)
-    dag_http = _optional("dag_http")
-    if dag_http is not None:
-        app.include_router(dag_http.router)
+    from dispatcher import dag_http
+
+    app.include_router(dag_http.router)
     # Outermost first: auth refuses before a large body is read at all.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:

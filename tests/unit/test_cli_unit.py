@@ -60,15 +60,6 @@ def test_models_and_tools_list_the_registries_without_secrets(runner):
     assert "scripted" in pretty and "test-key" not in pretty
 
 
-def test_dag_says_so_when_the_dag_module_is_missing(runner):
-    import importlib.util
-
-    if importlib.util.find_spec("dispatcher.dag_cli") is not None:
-        pytest.skip("the DAG command exists")
-    res = runner.invoke(app, ["dag", "--goal", "x"], env=ENV)
-    assert res.exit_code == 2 and "not available" in res.output
-
-
 def _render(events: list[tuple[str, dict]], height: int = 12) -> str:
     buf = io.StringIO()
     console = Console(file=buf, width=80, height=height, force_terminal=False)
