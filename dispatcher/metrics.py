@@ -15,8 +15,7 @@ collector reads, at scrape time:
   messages a Redis-broker worker has taken but not yet acknowledged (all queues).
 
 Everything is read per scrape, in one pipelined round trip per server; nothing is cached.
-The gateway imports no worker code (DESIGN's layering), so ``FAMILIES`` below is the
-reader's copy of the families ``workers/metrics.py`` writes; a test keeps the two equal.
+The families are defined once, in ``shared/metrics_schema.py``, for writer and reader.
 """
 
 from __future__ import annotations
@@ -52,52 +51,7 @@ KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_PRIORITY_STEPS = (3, 6, 9)
 KOMBU_UNACKED_KEY = "unacked"
 
-INFLIGHT = "inflight"
-_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-_TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-_RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
-
-
-@dataclass(frozen=True)
-class Family:
-    """One metric family: its hash (``metrics:{name}``) and its Prometheus name."""
-
-    name: str
-    kind: Literal["counter", "histogram"]
-    help: str
-    labels: tuple[str, ...]
-    buckets: tuple[float, ...] = ()
-
-    @property
-    def prom_name(self) -> str:
-        return f"reactq_{self.name}"
-
-
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("runs_started", "counter", "Runs started by a worker, by tool-loop mode.", ("mode",)),
-    Family("runs_ended", "counter", "Runs that reached a terminal state.", ("status", "mode")),
-    Family("run_seconds", "histogram", "Wall time of finished runs, first step to done.",
-           ("status",), _RUN_BUCKETS),
-    Family("turn_seconds", "histogram",
-           "One ReAct turn: the LLM call through its tool calls' fan-in.", ("model", "mode"),
-           _TURN_BUCKETS),
-    Family("llm_call_seconds", "histogram", "LLM calls (chat and streamed synthesis).",
-           ("model",), _LLM_BUCKETS),
-    Family("llm_errors", "counter", "Failed LLM calls, by HTTP status or error type.",
-           ("model", "code")),
-    Family("llm_tokens", "counter", "Tokens the model reported, prompt and completion.",
-           ("model", "kind")),
-    Family("tool_call_seconds", "histogram", "Tool calls, hooks included.", ("tool",),
-           _TOOL_BUCKETS),
-    Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",
-           ("tool", "kind")),
-)}
-
-
-def bucket_label(le: float) -> str:
-    """A bucket bound as the workers write it in a hash field."""
-    return "+Inf" if le == float("inf") else repr(float(le))
+from shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
 
 
 _clients: dict[str, redis.Redis] = {}

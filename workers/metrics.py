@@ -42,62 +42,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-INFLIGHT = "inflight"
-TURNS = "turns"
-
-_LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
-_TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-_TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
-_RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
-
-
-@dataclass(frozen=True)
-class Family:
-    """One metric family: its hash (``metrics:{name}``) and its Prometheus name.
-
-    ``dispatcher/metrics.py`` (the reader, which may not import worker code) keeps an
-    equal copy of ``FAMILIES``; ``tests/integration/test_metrics.py`` checks they agree.
-    """
-
-    name: str
-    kind: Literal["counter", "histogram"]
-    help: str
-    labels: tuple[str, ...]
-    buckets: tuple[float, ...] = ()
-
-    @property
-    def prom_name(self) -> str:
-        return f"reactq_{self.name}"
-
-
-FAMILIES: dict[str, Family] = {f.name: f for f in (
-    Family("runs_started", "counter", "Runs started by a worker, by tool-loop mode.", ("mode",)),
-    Family("runs_ended", "counter", "Runs that reached a terminal state.", ("status", "mode")),
-    Family("run_seconds", "histogram", "Wall time of finished runs, first step to done.",
-           ("status",), _RUN_BUCKETS),
-    Family("turn_seconds", "histogram",
-           "One ReAct turn: the LLM call through its tool calls' fan-in.", ("model", "mode"),
-           _TURN_BUCKETS),
-    Family("llm_call_seconds", "histogram", "LLM calls (chat and streamed synthesis).",
-           ("model",), _LLM_BUCKETS),
-    Family("llm_errors", "counter", "Failed LLM calls, by HTTP status or error type.",
-           ("model", "code")),
-    Family("llm_tokens", "counter", "Tokens the model reported, prompt and completion.",
-           ("model", "kind")),
-    Family("tool_call_seconds", "histogram", "Tool calls, hooks included.", ("tool",),
-           _TOOL_BUCKETS),
-    Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",
-           ("tool", "kind")),
-)}
-
-
-def label_field(values: Iterable[str]) -> str:
-    return json.dumps([str(v) for v in values], separators=(",", ":"), ensure_ascii=False)
-
-
-def bucket_label(le: float) -> str:
-    """A bucket bound as written in a hash field (``repr`` of the float, or ``+Inf``)."""
-    return "+Inf" if le == float("inf") else repr(float(le))
+from shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+    FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
+)
 
 
 def bucket_for(family: Family, value: float) -> str:

@@ -15,7 +15,6 @@ from dispatcher.metrics import counter_family, histogram_family, render, snapsho
 from shared.requests import RunRequest
 from shared.settings import Settings
 from tests.scripted_server import reply_error, reply_text, reply_tool_calls
-from workers.metrics import FAMILIES as WRITER_FAMILIES
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +27,6 @@ def _value(snap: dict[str, Any], name: str, **labels: str) -> float:
 def _sum(snap: dict[str, Any], name: str, **labels: str) -> float:
     """The sum over every sample ``name`` whose labels include these."""
     return sum(v for k, v in snap.get(name, {}).items() if set(labels.items()) <= set(k))
-
-
-def test_the_reader_and_the_writer_agree_on_the_families():
-    def shape(families: dict[str, Any]) -> dict[str, tuple[Any, ...]]:
-        return {n: (f.kind, f.labels, f.buckets) for n, f in families.items()}
-
-    assert shape(READER_FAMILIES) == shape(WRITER_FAMILIES)
 
 
 def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
