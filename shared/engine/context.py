@@ -87,7 +87,9 @@ def estimate_tokens(text: str | None) -> int:
     """S74: ASCII chars / 4 + other chars / 1.5, truncated; at least 1 if non-empty."""
     if not text:
         return 0
-    ascii_chars = sum(1 for ch in text if ord(ch) < 128)
+    # Counted in C, not per character in Python: the guard estimates the whole history
+    # on every turn.
+    ascii_chars = len(text) if text.isascii() else len(text.encode("ascii", "ignore"))
     tokens = ascii_chars / 4.0 + (len(text) - ascii_chars) / 1.5
     return max(1, int(tokens))
 

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import SecretStr
 
 from shared.errors import ConfigError, LLMError, StreamIncomplete
@@ -287,6 +288,19 @@ class OpenAILLM:
         request.update({k: v for k, v in params.items() if v is not None})
         return request
 
+    async def _post(self, request: dict[str, Any], *, stream: bool) -> Any:
+        """POST the request dict as built, with the client's retries and error types.
+
+        ``chat.completions.create(**request)`` would first walk the whole request against
+        the SDK's TypedDict annotations, which costs O(history) CPU on every call (≈ 10 ms of
+        ≈ 18 ms for a 25-message request, measured in ``bench/``); the dict is already in
+        wire form, so it goes out as it is.
+        """
+        return await self._client().post(
+            "/chat/completions", body=request, cast_to=ChatCompletion, stream=stream,
+            stream_cls=openai.AsyncStream[ChatCompletionChunk],
+        )
+
     def _wrap(self, exc: BaseException) -> LLMError:
         where = self.base_url or "api.openai.com"
         status: int | None = None
@@ -323,7 +337,7 @@ class OpenAILLM:
                                 response_format=response_format, temperature=temperature,
                                 max_tokens=max_tokens, reasoning_effort=reasoning_effort)
         try:
-            completion = await self._client().chat.completions.create(**request)
+            completion = await self._post(request, stream=False)
         except openai.APIError as exc:
             raise self._wrap(exc) from exc
         if not completion.choices:
@@ -359,7 +373,7 @@ class OpenAILLM:
 
     async def _stream(self, request: dict[str, Any]) -> AsyncIterator[StreamChunk]:
         try:
-            stream = await self._client().chat.completions.create(**request)
+            stream = await self._post(request, stream=True)
         except openai.APIError as exc:
             raise self._wrap(exc) from exc
         assembler = ToolCallAssembler()

@@ -1,0 +1,176 @@
+"""P1b: the in-process runner's cost per turn, and the LLM call time P1 subtracts.
+
+Both run ``shared.inprocess.run_local`` in this process with the same tools, hooks and
+context guard a worker builds (``workers.runtime.Runtime.deps_for``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import io
+import pstats
+import time
+from typing import Any
+
+from bench.report import Figure, median
+from bench.script import Scenario
+from shared.engine.context import ContextGuard
+from shared.engine.steps import EngineDeps
+from shared.hooks_loader import default_hooks
+from shared.inprocess import run_local
+from shared.llm.testing import FunctionLLM, text, tool_calls
+from shared.models import ChatMessage, LLMResult
+from shared.requests import RunRequest
+from shared.settings import EngineConfig, Settings
+from shared.tools.loader import default_registry
+
+
+def _reply(turns: int):
+    def fn(messages: list[ChatMessage], kwargs: dict[str, Any]) -> LLMResult:
+        n = sum(1 for m in messages if m.role == "assistant")
+        if kwargs.get("stream"):
+            return text("part000 part001 part002 part003")
+        if n < turns - 1:
+            return tool_calls((f"c{n}_0", "echo", {"text": f"t{n}"}))
+        return text(f"final answer after {n} tool turns")
+    return fn
+
+
+class LeanFunctionLLM(FunctionLLM):
+    """``FunctionLLM`` without its call log: the log deep-copies the whole history on
+    every call (a test aid, O(history) per turn), which is not the engine's cost."""
+
+    def _reply(self, messages: list[ChatMessage], kwargs: dict[str, Any], stream: bool) -> LLMResult:
+        reply = self.fn(messages, kwargs)
+        return text(reply) if isinstance(reply, str) else reply
+
+
+def deps_with(llm: Any, settings: Settings | None = None) -> EngineDeps:
+    settings = settings or Settings(tools="bench.tools:TOOLS")
+    config = EngineConfig()
+    guard = ContextGuard(config.context_budget, llm=llm, max_message_chars=config.max_message_chars,
+                         keep_recent=config.keep_recent)
+    return EngineDeps(llm=llm, registry=default_registry(settings), hooks=default_hooks(settings),
+                      config=config, guard=guard, selection_llm=llm)
+
+
+async def _time_run(deps: EngineDeps, turns: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run."""
+    req = RunRequest(query=Scenario(turns=turns).query(), completion_check=False)
+    t, c = time.perf_counter(), time.process_time()
+    state = await run_local(req, deps)
+    elapsed, cpu = time.perf_counter() - t, time.process_time() - c
+    assert state.status == "succeeded" and state.iteration == turns, (state.status, state.error)
+    return elapsed, cpu
+
+
+def per_turn_ms(llm_class: type[FunctionLLM], repeats: int, short: int = 2,
+                long: int = 22) -> list[tuple[float, float]]:
+    """(wall, CPU) ms per turn: (run of ``long`` turns − run of ``short``) / difference,
+    each run a batch of 10 so that a sample is long enough for the CPU clock."""
+    def make(turns: int) -> EngineDeps:
+        return deps_with(llm_class(fn=_reply(turns), abilities={"tool_call": True}))
+
+    async def batch(turns: int) -> tuple[float, float]:
+        deps = make(turns)
+        runs = [await _time_run(deps, turns) for _ in range(10)]
+        return sum(r[0] for r in runs) / 10, sum(r[1] for r in runs) / 10
+
+    async def main() -> list[tuple[float, float]]:
+        out = []
+        await batch(long)  # warm-up
+        for _ in range(repeats):
+            a, b = await batch(short), await batch(long)
+            out.append(((b[0] - a[0]) / (long - short) * 1000, (b[1] - a[1]) / (long - short) * 1000))
+        return out
+    return asyncio.run(main())
+
+
+def p1b(repeats: int, profile: bool = False) -> Figure:
+    """CPU time is the figure: the runner does no I/O, so on a quiet machine wall ≈ CPU, and
+    on a shared one CPU time is not inflated by other processes (wall is reported beside)."""
+    samples = per_turn_ms(LeanFunctionLLM, repeats)
+    stock = per_turn_ms(FunctionLLM, max(3, repeats // 2))
+    details: dict[str, Any] = {
+        "cpu_samples_ms": [c for _, c in samples], "wall_ms": median([w for w, _ in samples]),
+        "stock_function_llm_cpu_ms": median([c for _, c in stock]),
+        "method": "(run of 22 turns − run of 2 turns) / 20, 1 echo call a turn, CPU time"}
+    if profile:
+        details["profile_top"] = profile_run_local()
+    return Figure("P1b", "in-process run_local, cost per turn (zero-latency fake LLM, 1 tool a turn)",
+                  median([c for _, c in samples]), "ms", target=0.3, rule="value<=", repeats=repeats,
+                  details=details)
+
+
+def profile_run_local(turns: int = 22, top: int = 12) -> list[str]:
+    """cProfile of a few runs: the functions with the most cumulative own time."""
+    deps = deps_with(LeanFunctionLLM(fn=_reply(turns), abilities={"tool_call": True}))
+    prof = cProfile.Profile()
+
+    async def many() -> None:
+        for _ in range(20):
+            await _time_run(deps, turns)
+
+    prof.enable()
+    asyncio.run(many())
+    prof.disable()
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
+    return [line.strip() for line in buf.getvalue().splitlines() if line.strip()][-top:]
+
+
+def llm_call_ms(llm_url: str, turns: int = 12, calls: int = 60) -> dict[str, float]:
+    """What P1 subtracts as "scripted LLM time", with the history of a ``turns``-turn run:
+
+    * ``raw_http_ms``: a plain keep-alive HTTP POST of the very request body the engine
+      sends on its last loop turn, to the scripted server (zero delay): the LLM's own time
+      as seen on the wire. P1 subtracts this.
+    * ``openai_chat_ms``: ``OpenAILLM.chat`` with the same messages, i.e. plus the openai
+      SDK's request building and response parsing (which is reactq's cost, not the LLM's).
+    """
+    import http.client
+    import json
+    from urllib.parse import urlsplit
+
+    from shared.llm.openai import OpenAILLM
+
+    llm = OpenAILLM("scripted", base_url=llm_url, api_key="bench-key",
+                    abilities={"tool_call": True, "json_mode": True})
+    captured: dict[str, Any] = {}
+    original = llm.chat
+
+    async def capture(messages: list[ChatMessage], **kwargs: Any) -> LLMResult:
+        captured["messages"], captured["kwargs"] = list(messages), kwargs
+        return await original(messages, **kwargs)
+
+    llm.chat = capture  # type: ignore[method-assign]
+
+    async def sdk() -> float:
+        await _time_run(deps_with(llm), turns)
+        msgs, kw = captured["messages"], captured["kwargs"]
+        for _ in range(5):
+            await original(msgs, **kw)
+        times = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            await original(msgs, **kw)
+            times.append((time.perf_counter() - t) * 1000)
+        return median(times)
+
+    openai_ms = asyncio.run(sdk())
+    body = json.dumps(llm._request(captured["messages"], **captured["kwargs"])).encode()
+    url = urlsplit(llm_url)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+    raw = []
+    for i in range(calls + 5):
+        t = time.perf_counter()
+        conn.request("POST", f"{url.path}/chat/completions", body=body,
+                     headers={"content-type": "application/json", "authorization": "Bearer bench-key"})
+        resp = conn.getresponse()
+        resp.read()
+        if i >= 5:
+            raw.append((time.perf_counter() - t) * 1000)
+    conn.close()
+    return {"raw_http_ms": median(raw), "openai_chat_ms": openai_ms,
+            "request_bytes": len(body), "messages": len(captured["messages"])}
