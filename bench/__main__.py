@@ -21,7 +21,7 @@ from bench.cluster import Cluster, WorkerSpec
 from bench.report import Figure, Report
 from bench.runs import throughput
 from bench.script import Scenario
-from dispatcher.client import Dispatcher
+from reactq.dispatcher.client import Dispatcher
 
 ALL = ("P1b", "P1", "P2", "P5", "P3", "P4", "P6")
 TASKS_PER_3_TURN_RUN = 6  # iterate ×3 (turns 1, 2, 3), tool ×2, answer ×1

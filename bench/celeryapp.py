@@ -1,6 +1,6 @@
 """The benchmark workers' Celery app: ``celery -A bench.celeryapp worker``.
 
-It is reactq's own app (``workers.app``, same configuration, same tasks) plus the floor
+It is reactq's own app (``reactq.workers.app``, same configuration, same tasks) plus the floor
 tasks the figures are compared with, so that floor and reactq run on the very same worker
 processes, queues, pool and settings:
 
@@ -25,12 +25,12 @@ from typing import Any
 
 import redis
 
-import workers.tasks  # noqa: F401  (registers reactq's tasks and worker signals)
+import reactq.workers.tasks  # noqa: F401  (registers reactq's tasks and worker signals)
 from bench import experiments
-from shared.redisconn import redis_url
-from shared.settings import Settings
-from shared.store import RunStore
-from workers.app import app
+from reactq.shared.redisconn import redis_url
+from reactq.shared.settings import Settings
+from reactq.shared.store import RunStore
+from reactq.workers.app import app
 
 _redis: redis.Redis | None = None
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import redis
 
-from shared.redisconn import free_port, server_binary, start_server
-from shared.settings import Settings
+from reactq.shared.redisconn import free_port, server_binary, start_server
+from reactq.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUES = "reactq.runs,reactq.tools"
@@ -154,7 +154,7 @@ class Cluster:
         self._wait_ready(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
-        from dispatcher.client import Dispatcher
+        from reactq.dispatcher.client import Dispatcher
 
         d = Dispatcher(self.settings())
         want = {w.name for w in self.workers}

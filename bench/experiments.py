@@ -39,7 +39,7 @@ def _openai_post() -> None:
     from openai import AsyncStream
     from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-    from shared.llm.openai import OpenAILLM
+    from reactq.shared.llm.openai import OpenAILLM
 
     class Completions:
         def __init__(self, client: Any) -> None:
@@ -83,7 +83,7 @@ def _kombu_client() -> None:
 
 
 def _token_estimate() -> None:
-    from shared.engine import context
+    from reactq.shared.engine import context
 
     def estimate_tokens(text: str | None) -> int:
         if not text:

@@ -10,7 +10,7 @@ from bench.cluster import Cluster, WorkerSpec
 from bench.report import Figure, median, percentile
 from bench.runs import run_watched, throughput
 from bench.script import Scenario
-from dispatcher.client import Dispatcher
+from reactq.dispatcher.client import Dispatcher
 
 
 def task_totals(d: Dispatcher) -> dict[str, int]:
@@ -179,7 +179,7 @@ def p5(cl: Cluster, d: Dispatcher, runs: int, floor_n: int) -> list[Figure]:
     all_ms, delta_ms = _handle_latencies(cl, d, runs)
     figs = _p5_figures("P5", "RunHandle.events() (XREAD BLOCK)", all_ms, delta_ms, floor, runs)
     try:
-        import dispatcher.http  # noqa: F401
+        import reactq.dispatcher.http  # noqa: F401
     except ImportError:
         return figs + [Figure("P5-sse", "event published by a worker → received by an SSE client of "
                               "the gateway", None, "ms", target=5.0, rule="value<=", status="pending",
@@ -187,7 +187,7 @@ def p5(cl: Cluster, d: Dispatcher, runs: int, floor_n: int) -> list[Figure]:
     from bench.sse import sse_latencies
 
     sse_all, sse_delta = sse_latencies(cl, d, P5_SCENARIO, runs)
-    return figs + _p5_figures("P5-sse", "an SSE client of the gateway (dispatcher.http)",
+    return figs + _p5_figures("P5-sse", "an SSE client of the gateway (reactq.dispatcher.http)",
                               sse_all, sse_delta, floor, runs)
 
 

@@ -10,7 +10,7 @@ import uuid
 import redis
 
 from bench.cluster import ROOT
-from dispatcher.client import Dispatcher
+from reactq.dispatcher.client import Dispatcher
 
 
 def chain_ms(d: Dispatcher, r: redis.Redis, hops: int) -> float:

@@ -1,7 +1,7 @@
 """P1b: the in-process runner's cost per turn, and the LLM call time P1 subtracts.
 
-Both run ``shared.inprocess.run_local`` in this process with the same tools, hooks and
-context guard a worker builds (``workers.runtime.Runtime.deps_for``).
+Both run ``reactq.shared.inprocess.run_local`` in this process with the same tools, hooks and
+context guard a worker builds (``reactq.workers.runtime.Runtime.deps_for``).
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 
 from bench.report import Figure, median
 from bench.script import Scenario
-from shared.engine.context import ContextGuard
-from shared.engine.steps import EngineDeps
-from shared.hooks_loader import default_hooks
-from shared.inprocess import run_local
-from shared.llm.testing import FunctionLLM, text, tool_calls
-from shared.models import ChatMessage, LLMResult
-from shared.requests import RunRequest
-from shared.settings import EngineConfig, Settings
-from shared.tools.loader import default_registry
+from reactq.shared.engine.context import ContextGuard
+from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.hooks_loader import default_hooks
+from reactq.shared.inprocess import run_local
+from reactq.shared.llm.testing import FunctionLLM, text, tool_calls
+from reactq.shared.models import ChatMessage, LLMResult
+from reactq.shared.requests import RunRequest
+from reactq.shared.settings import EngineConfig, Settings
+from reactq.shared.tools.loader import default_registry
 
 
 def _reply(turns: int):
@@ -133,7 +133,7 @@ def llm_call_ms(llm_url: str, turns: int = 12, calls: int = 60) -> dict[str, flo
     import json
     from urllib.parse import urlsplit
 
-    from shared.llm.openai import OpenAILLM
+    from reactq.shared.llm.openai import OpenAILLM
 
     llm = OpenAILLM("scripted", base_url=llm_url, api_key="bench-key",
                     abilities={"tool_call": True, "json_mode": True})

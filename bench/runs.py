@@ -10,8 +10,8 @@ from typing import Any
 import redis
 
 from bench.script import Scenario
-from dispatcher.client import Dispatcher, RunHandle
-from shared.events import Event
+from reactq.dispatcher.client import Dispatcher, RunHandle
+from reactq.shared.events import Event
 
 TERMINAL = (b"succeeded", b"failed", b"cancelled")
 

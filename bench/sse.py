@@ -1,6 +1,6 @@
-"""P5 through the HTTP gateway: worker publishes → an SSE client of ``dispatcher.http`` receives.
+"""P5 through the HTTP gateway: worker publishes → an SSE client of ``reactq.dispatcher.http`` receives.
 
-The gateway runs as its own process (``uvicorn --factory dispatcher.http:create_app``, what
+The gateway runs as its own process (``uvicorn --factory reactq.dispatcher.http:create_app``, what
 ``reactq serve`` runs); the client is ``http.client`` reading the ``text/event-stream``
 response line by line in this process.
 """
@@ -21,18 +21,18 @@ from typing import Any
 from bench.cluster import ROOT, Cluster
 from bench.runs import request
 from bench.script import Scenario
-from dispatcher.client import Dispatcher
+from reactq.dispatcher.client import Dispatcher
 
 
 class Gateway:
     def __init__(self, cl: Cluster) -> None:
-        from shared.redisconn import free_port
+        from reactq.shared.redisconn import free_port
 
         self.port = free_port()
         env = cl.worker_env({})
         self.log = cl.tmp / "gateway.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--factory", "dispatcher.http:create_app",
+            [sys.executable, "-m", "uvicorn", "--factory", "reactq.dispatcher.http:create_app",
              "--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning",
              "--no-access-log"],
             cwd=ROOT, env=env, stdout=self.log.open("wb"), stderr=subprocess.STDOUT,

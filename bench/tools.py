@@ -11,7 +11,7 @@ import time
 
 from pydantic import BaseModel, Field
 
-from shared.tools.base import Tool
+from reactq.shared.tools.base import Tool
 
 
 class SpinArgs(BaseModel):
@@ -34,8 +34,8 @@ def _tally(tag: str) -> str:
     """Count each execution in Redis (``bench:tally:{tag}``): shows duplicate executions."""
     import redis
 
-    from shared.redisconn import redis_url
-    from shared.settings import Settings
+    from reactq.shared.redisconn import redis_url
+    from reactq.shared.settings import Settings
 
     n = redis.Redis.from_url(redis_url(Settings())).incr(f"bench:tally:{tag}")
     return f"tally {tag} = {n}"

@@ -1,5 +1,5 @@
 """``python -m dispatcher`` is ``reactq``."""
 
-from dispatcher.cli import main
+from reactq.dispatcher.cli import main
 
 main()

@@ -38,10 +38,10 @@ from typing import IO, Any
 import redis
 from pydantic import ValidationError
 
-from shared.engine.state import TERMINAL_STATUSES
-from shared.errors import ConfigError, RequestError
-from shared.keys import Keys
-from shared.requests import RunRequest
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.errors import ConfigError, RequestError
+from reactq.shared.keys import Keys
+from reactq.shared.requests import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -259,7 +259,7 @@ class BatchDriver:
         again). Enqueueing twice is harmless: a step already taken is a no-op for the
         workers and a step in progress holds a lease.
         """
-        from workers.config import ITERATE
+        from reactq.workers.config import ITERATE
 
         d = self.dispatcher
         raw = d.redis.hget(d.keys.run(run_id), "status")

@@ -29,13 +29,13 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from shared.errors import ConfigError, RequestError, RunNotFound
-from shared.settings import Settings
+from reactq.shared.errors import ConfigError, RequestError, RunNotFound
+from reactq.shared.settings import Settings
 
 if TYPE_CHECKING:
-    from dispatcher.client import Dispatcher, RunHandle
-    from shared.events import Event
-    from shared.requests import RunRequest
+    from reactq.dispatcher.client import Dispatcher, RunHandle
+    from reactq.shared.events import Event
+    from reactq.shared.requests import RunRequest
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
@@ -61,7 +61,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 def validation_message(exc: ValidationError) -> str:
     """Each bad field with pydantic's message, which states the limit."""
-    from dispatcher.batch import format_validation
+    from reactq.dispatcher.batch import format_validation
 
     return format_validation(exc)
 
@@ -74,7 +74,7 @@ def settings() -> Settings:
 
 
 def dispatcher(s: Settings | None = None) -> Dispatcher:
-    from dispatcher.client import Dispatcher
+    from reactq.dispatcher.client import Dispatcher
 
     return Dispatcher(s or settings())
 
@@ -91,7 +91,7 @@ def exit_code_for(status: str | None) -> int:
 
 
 def print_json_event(stream_id: str | None, event: Event) -> None:
-    from dispatcher.render import json_line
+    from reactq.dispatcher.render import json_line
 
     print(json_line(stream_id, event), flush=True)
 
@@ -99,7 +99,7 @@ def print_json_event(stream_id: str | None, event: Event) -> None:
 def build_request(query: str, model: str | None, tools: str | None, mode: Mode,
                   max_iterations: int | None, completion_check: bool) -> RunRequest:
     """Options → a validated ``RunRequest`` (exit 2 naming the field otherwise)."""
-    from shared.requests import RunRequest
+    from reactq.shared.requests import RunRequest
 
     fields: dict[str, Any] = {"query": query, "mode": mode.value, "completion_check": completion_check}
     if model:
@@ -119,7 +119,7 @@ def build_request(query: str, model: str | None, tools: str | None, mode: Mode,
 
 def follow(handle: RunHandle, *, as_json: bool, after: str | None = None) -> int:
     """Stream a run's events to the terminal until ``done``; returns the exit code."""
-    from dispatcher.render import RunRenderer
+    from reactq.dispatcher.render import RunRenderer
 
     renderer = None if as_json else RunRenderer(out)
     final_status: str | None = None
@@ -163,7 +163,7 @@ def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
     """No worker answers ⇒ start one here (the embedded default: works on a fresh machine)."""
     if workers_answering(d):
         return
-    from dispatcher.local import ensure_workers
+    from reactq.dispatcher.local import ensure_workers
 
     err.print(f"[dim]no worker is running: starting a local one (log: {s.data_dir}/worker-0.log; "
               f"stop it with `reactq down`)[/]")
@@ -191,15 +191,15 @@ def run_distributed(req: RunRequest, s: Settings, as_json: bool) -> int:
 
 def run_in_process(req: RunRequest, s: Settings, as_json: bool) -> int:
     """``--local``: the in-process shell, same engine and events, no Redis and no workers."""
-    from dispatcher.render import RunRenderer
-    from shared.engine.context import ContextGuard
-    from shared.engine.steps import EngineDeps
-    from shared.hooks_loader import default_hooks
-    from shared.inprocess import run_local
-    from shared.llm.registry import load_registry
-    from shared.requests import check_run_request
-    from shared.settings import EngineConfig
-    from shared.tools.loader import default_registry
+    from reactq.dispatcher.render import RunRenderer
+    from reactq.shared.engine.context import ContextGuard
+    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.hooks_loader import default_hooks
+    from reactq.shared.inprocess import run_local
+    from reactq.shared.llm.registry import load_registry
+    from reactq.shared.requests import check_run_request
+    from reactq.shared.settings import EngineConfig
+    from reactq.shared.tools.loader import default_registry
 
     models = load_registry(s)
     tools = default_registry(s)
@@ -313,7 +313,7 @@ def status(
     if as_json:
         print(json.dumps(st, ensure_ascii=False))
         return
-    from dispatcher.render import fmt_tokens, one_line
+    from reactq.dispatcher.render import fmt_tokens, one_line
 
     table = Table(show_header=False, box=None)
     table.add_row("run", st["run_id"])
@@ -341,7 +341,7 @@ def batch(
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=1000, help="runs in flight"),
 ) -> None:
     """Run every line of a JSONL file; rerun with the same output file to resume."""
-    from dispatcher.batch import run_file_batch
+    from reactq.dispatcher.batch import run_file_batch
 
     s = settings()
     d = dispatcher(s)
@@ -366,7 +366,7 @@ def batch(
 def dag(ctx: typer.Context) -> None:
     """Run a DAG: 'reactq dag PLAN.json' or 'reactq dag --goal TEXT'."""
     # Imported here: the DAG command lives in its own module and is only loaded when used.
-    from dispatcher import dag_cli
+    from reactq.dispatcher import dag_cli
 
     sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
     sub.command()(dag_cli.dag)
@@ -392,10 +392,10 @@ def serve(
         ensure_local_workers(s, dispatcher(s))
     if not s.redis_url:
         # Resolve the embedded server once, here, so the app and its threads share it.
-        from shared.redisconn import redis_url
+        from reactq.shared.redisconn import redis_url
 
         os.environ["REACTQ_REDIS_URL"] = redis_url(s)
-    uvicorn.run("dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
+    uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -406,10 +406,10 @@ def worker(
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
 ) -> None:
-    """A Celery worker with reactq's queues ('celery -A workers.app worker'; extra args pass through)."""
+    """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
     # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
-    from dispatcher.local import worker_command
-    from shared.redisconn import redis_url
+    from reactq.dispatcher.local import worker_command
+    from reactq.shared.redisconn import redis_url
 
     s = settings()
     env = dict(os.environ)
@@ -422,7 +422,7 @@ def worker(
 @app.command()
 def down() -> None:
     """Stop the local workers 'reactq run' started and the embedded Valkey server."""
-    from dispatcher.local import stop_workers
+    from reactq.dispatcher.local import stop_workers
 
     s = settings()
     n = stop_workers(s)
@@ -436,7 +436,7 @@ def down() -> None:
 @app.command()
 def models(as_json: bool = typer.Option(False, "--json")) -> None:
     """The model registry (no secrets)."""
-    from shared.llm.registry import load_registry
+    from reactq.shared.llm.registry import load_registry
 
     try:
         specs = load_registry(settings()).specs()
@@ -455,7 +455,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
 @app.command()
 def tools(as_json: bool = typer.Option(False, "--json")) -> None:
     """The tools runs can use (built-ins + REACTQ_TOOLS)."""
-    from shared.tools.loader import default_registry
+    from reactq.shared.tools.loader import default_registry
 
     try:
         reg = default_registry(settings())

@@ -21,15 +21,15 @@ from typing import Any
 import redis
 from celery import Celery
 
-from shared.engine.state import TERMINAL_STATUSES
-from shared.errors import RequestError, RunNotFound
-from shared.events import Event
-from shared.keys import Keys
-from shared.redisconn import redis_url
-from shared.requests import RunRequest, check_run_request
-from shared.settings import Settings
-from shared.store import RunStore
-from workers.config import ITERATE, RUNS_QUEUE, celery_config
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.events import Event
+from reactq.shared.keys import Keys
+from reactq.shared.redisconn import redis_url
+from reactq.shared.requests import RunRequest, check_run_request
+from reactq.shared.settings import Settings
+from reactq.shared.store import RunStore
+from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config
 
 
 class RunHandle:
@@ -130,8 +130,8 @@ class Dispatcher:
         if tools_raw and models_raw:
             return ([t["name"] for t in json.loads(tools_raw)],
                     [m["name"] for m in json.loads(models_raw)])
-        from shared.llm.registry import load_registry
-        from shared.tools.loader import default_registry
+        from reactq.shared.llm.registry import load_registry
+        from reactq.shared.tools.loader import default_registry
 
         return default_registry(self.settings).names(), load_registry(self.settings).list_models()
 

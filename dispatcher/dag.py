@@ -22,15 +22,15 @@ from typing import Any
 
 import redis
 
-from dispatcher.client import Dispatcher
-from shared.dag.config import DagConfig
-from shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
-from shared.dag.state import TERMINAL_DAG_STATUSES
-from shared.dag.store import DagNotFound, DagStore, public_view
-from shared.errors import RequestError
-from shared.events import Event
-from shared.requests import DagRequest, check_names
-from shared.settings import Settings
+from reactq.dispatcher.client import Dispatcher
+from reactq.shared.dag.config import DagConfig
+from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
+from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
+from reactq.shared.dag.store import DagNotFound, DagStore, public_view
+from reactq.shared.errors import RequestError
+from reactq.shared.events import Event
+from reactq.shared.requests import DagRequest, check_names
+from reactq.shared.settings import Settings
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
 

@@ -30,9 +30,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from shared.errors import ConfigError, RequestError
-from shared.requests import DagRequest
-from shared.settings import Settings
+from reactq.shared.errors import ConfigError, RequestError
+from reactq.shared.requests import DagRequest
+from reactq.shared.settings import Settings
 
 __all__ = ["UsageError", "dag", "load_request", "steps_table"]
 
@@ -158,7 +158,7 @@ def dag(
         request = load_request(plan, goal, model=model, tools=tools,
                                max_concurrency=max_concurrency, max_rounds=max_rounds)
         settings = Settings()
-        from dispatcher.dag import DagDispatcher
+        from reactq.dispatcher.dag import DagDispatcher
 
         dags = DagDispatcher(settings)
         dags.validate(request)
@@ -184,7 +184,7 @@ def dag(
 def _ensure_workers(settings: Settings, dags: Any) -> None:
     """The embedded default has no workers yet: start one, as ``reactq run`` does."""
     try:
-        from dispatcher.cli import ensure_local_workers
+        from reactq.dispatcher.cli import ensure_local_workers
     except ImportError:  # the CLI module is optional for this command
         return
     ensure_local_workers(settings, dags.runs)

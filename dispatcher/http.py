@@ -1,8 +1,8 @@
 """The HTTP + SSE gateway (``reactq serve``): FastAPI on uvicorn.
 
-Serve it with ``reactq serve`` or ``uvicorn dispatcher.http:app`` (``app`` is built on first
+Serve it with ``reactq serve`` or ``uvicorn reactq.dispatcher.http:app`` (``app`` is built on first
 access, so importing this module has no side effects) or
-``uvicorn --factory dispatcher.http:create_app``.
+``uvicorn --factory reactq.dispatcher.http:create_app``.
 
 Routes (DESIGN.md "HTTP gateway"):
 
@@ -48,14 +48,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
-from dispatcher.batch import BatchStore, drive_stored_batch, holder_name, mark_duplicates, parse_obj, parse_text
-from dispatcher.client import Dispatcher
-from shared.engine.state import TERMINAL_STATUSES
-from shared.errors import ConfigError, RequestError, RunNotFound
-from shared.events import Event
-from shared.redisconn import broker_url, redis_url
-from shared.requests import RunRequest
-from shared.settings import Settings
+from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name, mark_duplicates, parse_obj, parse_text
+from reactq.dispatcher.client import Dispatcher
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.errors import ConfigError, RequestError, RunNotFound
+from reactq.shared.events import Event
+from reactq.shared.redisconn import broker_url, redis_url
+from reactq.shared.requests import RunRequest
+from reactq.shared.settings import Settings
 
 log = logging.getLogger("reactq.http")
 
@@ -421,11 +421,11 @@ def _register_ops(app: FastAPI, gw: Gateway) -> None:
     async def healthz() -> Any:
         return await _healthz(gw)
 
-    from dispatcher import metrics
+    from reactq.dispatcher import metrics
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     async def get_metrics() -> Any:
-        """Prometheus exposition (``dispatcher.metrics.render``)."""
+        """Prometheus exposition (``reactq.dispatcher.metrics.render``)."""
         body, content_type = await asyncio.to_thread(metrics.render, gw.settings)
         return Response(body, media_type=content_type)
 
@@ -458,7 +458,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     _register_runs(app, gw)
     _register_batches(app, gw)
     _register_ops(app, gw)
-    from dispatcher import dag_http
+    from reactq.dispatcher import dag_http
 
     app.include_router(dag_http.router)
     # Outermost first: auth refuses before a large body is read at all.
@@ -472,7 +472,7 @@ _app: FastAPI | None = None
 
 
 def __getattr__(name: str) -> Any:
-    """``dispatcher.http:app`` for uvicorn, built on first access (no work at import)."""
+    """``reactq.dispatcher.http:app`` for uvicorn, built on first access (no work at import)."""
     global _app
     if name == "app":
         if _app is None:

@@ -1,7 +1,7 @@
 """Local processes for the embedded default: worker processes started on demand.
 
 ``reactq run`` on a fresh machine has no workers: ``ensure_workers`` starts a detached
-``celery -A workers.app worker`` (threads pool) whose log and pid live under
+``celery -A reactq.workers.app worker`` (threads pool) whose log and pid live under
 ``<data_dir>/``, and ``stop_workers`` (``reactq down``) stops it again.
 """
 
@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from shared.redisconn import redis_url, stop_embedded
-from shared.settings import Settings
+from reactq.shared.redisconn import redis_url, stop_embedded
+from reactq.shared.settings import Settings
 
 PID_FILE = "workers.json"
 
@@ -24,14 +24,14 @@ PID_FILE = "workers.json"
 def worker_command(*, queues: str = "reactq.runs,reactq.tools", pool: str = "threads",
                    concurrency: int = 8, name: str = "reactq@%h") -> list[str]:
     """The ``celery worker`` command line for reactq's queues."""
-    return [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
+    return [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
             "--pool", pool, "-c", str(concurrency), "-n", name, "-E", "-l", "INFO"]
 
 
 def ensure_workers(settings: Settings, *, count: int = 1, concurrency: int = 8,
                    timeout: float = 60.0, ping: bool = True) -> list[int]:
     """Start ``count`` local workers unless a worker already answers; returns new pids."""
-    from dispatcher.client import Dispatcher
+    from reactq.dispatcher.client import Dispatcher
 
     d = Dispatcher(settings)
     if ping and d.workers_seen(timeout=1.0):

@@ -38,10 +38,10 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from shared.keys import Keys
-from shared.redisconn import broker_url, redis_url
-from shared.settings import Settings
-from workers.config import RUNS_QUEUE, TOOLS_QUEUE, celery_config
+from reactq.shared.keys import Keys
+from reactq.shared.redisconn import broker_url, redis_url
+from reactq.shared.settings import Settings
+from reactq.workers.config import RUNS_QUEUE, TOOLS_QUEUE, celery_config
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_PRIORITY_STEPS = (3, 6, 9)
 KOMBU_UNACKED_KEY = "unacked"
 
-from shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
+from reactq.shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
 
 
 _clients: dict[str, redis.Redis] = {}

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.status import Status
 
-from shared.events import Event, dumps
+from reactq.shared.events import Event, dumps
 
 
 def json_line(stream_id: str | None, event: Event) -> str:

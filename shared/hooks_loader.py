@@ -1,20 +1,20 @@
 """Loading hooks from ``REACTQ_HOOKS`` and building a worker's hook registry.
 
 ``REACTQ_HOOKS`` is a comma-separated list of ``module:attr`` entries, like
-``REACTQ_TOOLS`` (see :mod:`shared.tools.loader`). Each ``attr`` may be
+``REACTQ_TOOLS`` (see :mod:`reactq.shared.tools.loader`). Each ``attr`` may be
 
-* a :class:`~shared.hooks.Hook`,
+* a :class:`~reactq.shared.hooks.Hook`,
 * a list or tuple of ``Hook``\\ s,
-* a :class:`~shared.hooks.HookRegistry`, or
+* a :class:`~reactq.shared.hooks.HookRegistry`, or
 * a zero-argument callable returning one of those (called once, at load time;
-  e.g. ``shared.builtin_hooks:read_only_mode``).
+  e.g. ``reactq.shared.builtin_hooks:read_only_mode``).
 
-Every problem is a :class:`~shared.errors.ConfigError` naming the entry and the reason.
+Every problem is a :class:`~reactq.shared.errors.ConfigError` naming the entry and the reason.
 Hooks are loaded in the worker (DESIGN invariant 4): the gateway never imports them.
 
 :func:`default_hooks` is what workers use: fresh instances of the S36f built-ins
 (``result_truncator``, ``rate_limiter``, ``connector_call_logger``; see
-:mod:`shared.builtin_hooks`) followed by the loaded hooks. Pass ``builtins=False`` to
+:mod:`reactq.shared.builtin_hooks`) followed by the loaded hooks. Pass ``builtins=False`` to
 leave the built-ins out.
 """
 
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from shared.builtin_hooks import builtin_hooks
-from shared.hooks import Hook, HookRegistry
-from shared.plugins import load_entries
-from shared.settings import Settings
+from reactq.shared.builtin_hooks import builtin_hooks
+from reactq.shared.hooks import Hook, HookRegistry
+from reactq.shared.plugins import load_entries
+from reactq.shared.settings import Settings
 
 __all__ = ["default_hooks", "load_hooks"]
 

@@ -11,12 +11,12 @@ import itertools
 import secrets
 import uuid
 
-from shared.engine import loop, steps
-from shared.engine.state import Interrupt, RunState
-from shared.engine.steps import EngineDeps
-from shared.events import Event, EventSink, ListSink
-from shared.llm.base import ability
-from shared.requests import RunRequest
+from reactq.shared.engine import loop, steps
+from reactq.shared.engine.state import Interrupt, RunState
+from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.events import Event, EventSink, ListSink
+from reactq.shared.llm.base import ability
+from reactq.shared.requests import RunRequest
 
 
 class InterruptQueue:

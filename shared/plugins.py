@@ -3,9 +3,9 @@
 A spec is a comma-separated list of entries ``package.module:attr``; ``attr`` may be
 dotted (``mod:holder.tools``). Each entry resolves to an object which, when it is a
 zero-argument callable (a factory), is called once. What the object may be is up to the
-caller (:func:`shared.tools.loader.load_tools`, :func:`shared.hooks_loader.load_hooks`);
+caller (:func:`reactq.shared.tools.loader.load_tools`, :func:`reactq.shared.hooks_loader.load_hooks`);
 this module only imports, calls, and turns every failure into a
-:class:`~shared.errors.ConfigError` that names the setting, the entry and the reason.
+:class:`~reactq.shared.errors.ConfigError` that names the setting, the entry and the reason.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Iterable
 from typing import TypeVar, cast
 
-from shared.errors import ConfigError
+from reactq.shared.errors import ConfigError
 
 __all__ = ["entry_error", "import_entry", "load_entries", "split_spec"]
 

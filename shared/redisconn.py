@@ -17,8 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from shared.errors import ConfigError
-from shared.settings import Settings
+from reactq.shared.errors import ConfigError
+from reactq.shared.settings import Settings
 
 
 def free_port() -> int:

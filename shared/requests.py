@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from shared.errors import RequestError
+from reactq.shared.errors import RequestError
 
 Mode = Literal["auto", "json", "native"]
 ModelHint = Literal["fast", "reasoning"]

@@ -18,10 +18,10 @@ from typing import Any
 
 import redis
 
-from shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
-from shared.errors import RunNotFound
-from shared.events import Event, dumps
-from shared.keys import Keys
+from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
+from reactq.shared.errors import RunNotFound
+from reactq.shared.events import Event, dumps
+from reactq.shared.keys import Keys
 
 # KEYS: run hash, events stream. ARGV: maxlen, then (seq, channel, data) triples.
 _PUBLISH = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-import shared.llm.base as llm_base
+import reactq.shared.llm.base as llm_base
 
 # Only loopback endpoints (the scripted server, a local model) are allowed in tests.
 llm_base.ALLOW_REAL_LLM = False

@@ -1,4 +1,4 @@
-"""The Celery app (``celery -A workers.app worker``), configured safe by default.
+"""The Celery app (``celery -A reactq.workers.app worker``), configured safe by default.
 
 * JSON only: ``accept_content=["json"]``; a pickled message is refused, not run.
 * ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose worker dies is
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from celery import Celery
 
-from shared.settings import Settings
-from workers.config import celery_config
+from reactq.shared.settings import Settings
+from reactq.workers.config import celery_config
 
-app = Celery("reactq", include=["workers.tasks", "workers.dag"])
+app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dag"])
 app.conf.update(celery_config(Settings()))

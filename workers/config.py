@@ -7,8 +7,8 @@ from typing import Any
 
 from kombu import Queue
 
-from shared.redisconn import broker_url
-from shared.settings import Settings
+from reactq.shared.redisconn import broker_url
+from reactq.shared.settings import Settings
 
 RUNS_QUEUE = "reactq.runs"
 TOOLS_QUEUE = "reactq.tools"

@@ -1,4 +1,4 @@
-"""DAG tasks: the Celery shell around ``shared.dag.machine``. Payloads carry ids only.
+"""DAG tasks: the Celery shell around ``reactq.shared.dag.machine``. Payloads carry ids only.
 
 | task                    | args                      | does                                           |
 |-------------------------|---------------------------|------------------------------------------------|
@@ -28,24 +28,24 @@ from typing import Any
 
 import redis
 
-from shared.dag import machine as M
-from shared.dag import prompts as P
-from shared.dag.analyzer import analyze
-from shared.dag.binding import name_for_role
-from shared.dag.config import DagConfig
-from shared.dag.models import ExecutionPlan, PlanStep, validate_steps
-from shared.dag.planner import create_plan
-from shared.dag.query import fallback_answer, replan_context, synthesis_messages
-from shared.dag.state import DagState
-from shared.dag.store import DagNotFound, DagRecord, DagStore
-from shared.engine.state import TERMINAL_STATUSES
-from shared.engine.synthesis import fallback_chunks
-from shared.errors import RunNotFound, StructuredOutputError
-from shared.models import Usage
-from shared.requests import DagRequest
-from workers.app import app
-from workers.drive import RUNS
-from workers.runtime import Runtime, runtime
+from reactq.shared.dag import machine as M
+from reactq.shared.dag import prompts as P
+from reactq.shared.dag.analyzer import analyze
+from reactq.shared.dag.binding import name_for_role
+from reactq.shared.dag.config import DagConfig
+from reactq.shared.dag.models import ExecutionPlan, PlanStep, validate_steps
+from reactq.shared.dag.planner import create_plan
+from reactq.shared.dag.query import fallback_answer, replan_context, synthesis_messages
+from reactq.shared.dag.state import DagState
+from reactq.shared.dag.store import DagNotFound, DagRecord, DagStore
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.engine.synthesis import fallback_chunks
+from reactq.shared.errors import RunNotFound, StructuredOutputError
+from reactq.shared.models import Usage
+from reactq.shared.requests import DagRequest
+from reactq.workers.app import app
+from reactq.workers.drive import RUNS
+from reactq.workers.runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
 

@@ -14,15 +14,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from shared.engine import loop, prompts, steps
-from shared.engine.state import Interrupt, RunState, ToolOutcome
-from shared.events import Event
-from shared.inprocess import new_state
-from shared.models import ToolCallRequest
-from shared.requests import RunRequest
-from shared.store import RunRecord
-from workers import metrics
-from workers.runtime import Runtime
+from reactq.shared.engine import loop, prompts, steps
+from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
+from reactq.shared.events import Event
+from reactq.shared.inprocess import new_state
+from reactq.shared.models import ToolCallRequest
+from reactq.shared.requests import RunRequest
+from reactq.shared.store import RunRecord
+from reactq.workers import metrics
+from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
                            uncertain=True, worker=rt.worker_name)
     if record is None:
         rt.store.ledger_claim(run_id, call.id, uuid.uuid4().hex, step_no)
-    from shared.engine.toolexec import execute_call
+    from reactq.shared.engine.toolexec import execute_call
 
     return rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
                                metadata=turn.get("metadata") or {}, worker=rt.worker_name))

@@ -26,7 +26,7 @@ from typing import Any
 
 import redis
 
-from shared.keys import Keys
+from reactq.shared.keys import Keys
 
 log = logging.getLogger(__name__)
 

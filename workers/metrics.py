@@ -30,19 +30,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 
-from shared.engine.state import RunState, ToolOutcome
-from shared.events import Event
-from shared.keys import Keys
-from shared.llm.base import LLM
-from shared.llm.registry import ModelRegistry
-from shared.models import ChatMessage, LLMResult, StreamChunk
+from reactq.shared.engine.state import RunState, ToolOutcome
+from reactq.shared.events import Event
+from reactq.shared.keys import Keys
+from reactq.shared.llm.base import LLM
+from reactq.shared.llm.registry import ModelRegistry
+from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 if TYPE_CHECKING:
-    from workers.runtime import Runtime
+    from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-from shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
     FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
 )
 

@@ -1,6 +1,6 @@
 """Per-process (and per-thread) live objects of a worker: Redis, store, registries, loop.
 
-Built lazily on first use, so importing ``workers.app`` stays cheap. LLM clients and the
+Built lazily on first use, so importing ``reactq.workers.app`` stays cheap. LLM clients and the
 asyncio event loop are per thread: async HTTP clients are bound to the loop that created
 them, and the threads pool runs tasks on several threads at once.
 """
@@ -17,21 +17,21 @@ from typing import Any, TypeVar
 
 import redis
 
-from shared.engine.context import ContextGuard
-from shared.engine.state import RunState
-from shared.engine.steps import EngineDeps
-from shared.hooks import HookRegistry
-from shared.keys import Keys
-from shared.llm.base import LLM
-from shared.llm.registry import ModelRegistry, load_registry
-from shared.redisconn import redis_url
-from shared.settings import EngineConfig, Settings
-from shared.store import RunStore
-from shared.tools.base import ToolRegistry
-from shared.hooks_loader import default_hooks
-from shared.tools.loader import default_registry
-from workers.lease import Leases
-from workers.metrics import Recorder, metered_registry
+from reactq.shared.engine.context import ContextGuard
+from reactq.shared.engine.state import RunState
+from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.hooks import HookRegistry
+from reactq.shared.keys import Keys
+from reactq.shared.llm.base import LLM
+from reactq.shared.llm.registry import ModelRegistry, load_registry
+from reactq.shared.redisconn import redis_url
+from reactq.shared.settings import EngineConfig, Settings
+from reactq.shared.store import RunStore
+from reactq.shared.tools.base import ToolRegistry
+from reactq.shared.hooks_loader import default_hooks
+from reactq.shared.tools.loader import default_registry
+from reactq.workers.lease import Leases
+from reactq.workers.metrics import Recorder, metered_registry
 
 T = TypeVar("T")
 

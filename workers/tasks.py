@@ -1,4 +1,4 @@
-"""Celery tasks: thin wiring around ``workers.drive``. Payloads carry ids, never histories.
+"""Celery tasks: thin wiring around ``reactq.workers.drive``. Payloads carry ids, never histories.
 
 | task              | queue         | args                         | does                           |
 |-------------------|---------------|------------------------------|--------------------------------|
@@ -18,10 +18,10 @@ from typing import Any
 
 from celery import signals
 
-from workers import drive
-from workers.app import app
-from workers.lease import Watchdog
-from workers.runtime import runtime
+from reactq.workers import drive
+from reactq.workers.app import app
+from reactq.workers.lease import Watchdog
+from reactq.workers.runtime import runtime
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from shared.engine.structured import structured_llm_call
-from shared.llm.base import LLM
-from shared.models import ChatMessage, Usage
+from reactq.shared.engine.structured import structured_llm_call
+from reactq.shared.llm.base import LLM
+from reactq.shared.models import ChatMessage, Usage
 
 from . import prompts as P
 from .models import AnalysisResult, parse_analysis_data

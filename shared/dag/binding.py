@@ -8,7 +8,7 @@ model has falls back to the registry's default, as ``ModelRegistry.resolve`` doe
 
 from __future__ import annotations
 
-from shared.llm.registry import ModelRegistry
+from reactq.shared.llm.registry import ModelRegistry
 
 __all__ = ["default_name", "name_for_role"]
 

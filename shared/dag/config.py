@@ -1,7 +1,7 @@
 """The DAG engine's constants (SPEC §0.2), read from the environment under the seed's names.
 
 Like ``EngineConfig``, this is read once at the edge (a worker's runtime, the dispatcher)
-and passed inward; nothing in ``shared.dag`` reads ``os.environ`` itself.
+and passed inward; nothing in ``reactq.shared.dag`` reads ``os.environ`` itself.
 """
 
 from __future__ import annotations

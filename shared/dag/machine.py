@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from shared.events import Event
-from shared.models import Usage
-from shared.requests import DagRequest, RunRequest
+from reactq.shared.events import Event
+from reactq.shared.models import Usage
+from reactq.shared.requests import DagRequest, RunRequest
 
 from . import prompts as P
 from .config import DagConfig

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from shared.errors import ReactqError
+from reactq.shared.errors import ReactqError
 
 __all__ = ["AnalysisResult", "CycleError", "DuplicateStepError", "ExecutionPlan", "ModelHint",
            "ParsedPlan", "PlanError", "PlanStep", "PlanTooLargeError", "check_unique_ids",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from shared.models import ChatMessage
+from reactq.shared.models import ChatMessage
 
 from . import prompts as P
 from .models import AnalysisResult

@@ -1,7 +1,7 @@
 """A DAG between two tasks: everything a worker needs to continue it (persisted as JSON).
 
 ``DagState`` lives in the ``state`` field of ``reactq:dag:{id}`` and is saved with
-compare-and-set on ``version`` (``shared.dag.store``), so two workers can never both apply
+compare-and-set on ``version`` (``reactq.shared.dag.store``), so two workers can never both apply
 a change to the same version: advancing the DAG is atomic.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from shared.models import Usage
+from reactq.shared.models import Usage
 
 from .models import AnalysisResult
 
@@ -60,7 +60,7 @@ class RoundRecord(BaseModel):
 
 
 class DagState(BaseModel):
-    """The whole DAG. Mutated in place by ``shared.dag.machine``."""
+    """The whole DAG. Mutated in place by ``reactq.shared.dag.machine``."""
 
     schema_version: int = SCHEMA_VERSION
     dag_id: str

@@ -20,9 +20,9 @@ from typing import Any
 
 import redis
 
-from shared.errors import RunNotFound
-from shared.events import Event, dumps
-from shared.keys import Keys
+from reactq.shared.errors import RunNotFound
+from reactq.shared.events import Event, dumps
+from reactq.shared.keys import Keys
 
 from .machine import result_of
 from .state import DagState, dump_dag, load_dag

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from shared.engine.jsonx import extract_json
-from shared.engine.prompts import PARSE_FAILURE_SENTINEL
+from reactq.shared.engine.jsonx import extract_json
+from reactq.shared.engine.prompts import PARSE_FAILURE_SENTINEL
 
 
 @dataclass

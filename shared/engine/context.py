@@ -16,8 +16,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from shared.llm.base import LLM
-from shared.models import ChatMessage, Usage
+from reactq.shared.llm.base import LLM
+from reactq.shared.models import ChatMessage, Usage
 
 __all__ = [
     "HINT_PROMPTS",

@@ -11,7 +11,7 @@ says what comes next:
 * ``"answer"``  stream the synthesis, then ``finish`` (or ``finish_fallback``);
 * ``"done"``    nothing; ``state.status`` is terminal.
 
-No I/O happens here: the shells (``shared.inprocess``, ``workers``) carry it out.
+No I/O happens here: the shells (``reactq.shared.inprocess``, ``workers``) carry it out.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shared.engine import prompts as P
-from shared.engine.actions import Action, parse_action
-from shared.engine.jsonx import md5_args
-from shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
-from shared.events import Event
-from shared.models import ChatMessage, LLMResult, ToolCallRequest, Usage
-from shared.settings import EngineConfig
+from reactq.shared.engine import prompts as P
+from reactq.shared.engine.actions import Action, parse_action
+from reactq.shared.engine.jsonx import md5_args
+from reactq.shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
+from reactq.shared.events import Event
+from reactq.shared.models import ChatMessage, LLMResult, ToolCallRequest, Usage
+from reactq.shared.settings import EngineConfig
 
 
 def emit(state: RunState, channel: str, **data: Any) -> Event:

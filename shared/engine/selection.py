@@ -14,9 +14,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from shared.llm.base import LLM
-from shared.models import ChatMessage
-from shared.tools.base import Tool, ToolRegistry
+from reactq.shared.llm.base import LLM
+from reactq.shared.models import ChatMessage
+from reactq.shared.tools.base import Tool, ToolRegistry
 
 from .structured import structured_llm_call
 

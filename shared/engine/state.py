@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 
-from shared.models import Artifact, ChatMessage, ToolCallRequest, Usage
+from reactq.shared.models import Artifact, ChatMessage, ToolCallRequest, Usage
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SUMMARIES = {1: "first persisted shape"}
@@ -63,7 +63,7 @@ class Interrupt(BaseModel):
 
 
 class RunState(BaseModel):
-    """A run between two steps. Mutated in place by ``shared.engine.loop``."""
+    """A run between two steps. Mutated in place by ``reactq.shared.engine.loop``."""
 
     schema_version: int = SCHEMA_VERSION
     run_id: str

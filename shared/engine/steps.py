@@ -16,17 +16,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from shared.engine import loop
-from shared.engine.context import ContextGuard
-from shared.engine.selection import select_tools
-from shared.engine.state import Interrupt, RunState, ToolOutcome
-from shared.engine.synthesis import fallback_chunks, synthesis_messages
-from shared.engine.toolexec import execute_call
-from shared.events import Event
-from shared.hooks import HookRegistry
-from shared.llm.base import LLM, ability
-from shared.settings import EngineConfig
-from shared.tools.base import ToolRegistry
+from reactq.shared.engine import loop
+from reactq.shared.engine.context import ContextGuard
+from reactq.shared.engine.selection import select_tools
+from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
+from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
+from reactq.shared.engine.toolexec import execute_call
+from reactq.shared.events import Event
+from reactq.shared.hooks import HookRegistry
+from reactq.shared.llm.base import LLM, ability
+from reactq.shared.settings import EngineConfig
+from reactq.shared.tools.base import ToolRegistry
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from shared.errors import StructuredOutputError
-from shared.llm.base import LLM, ability
-from shared.models import ChatMessage, LLMResult, Usage
+from reactq.shared.errors import StructuredOutputError
+from reactq.shared.llm.base import LLM, ability
+from reactq.shared.models import ChatMessage, LLMResult, Usage
 
 from .jsonx import extract_json
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from shared.engine import prompts as P
-from shared.engine.state import RunState
-from shared.models import ChatMessage
+from reactq.shared.engine import prompts as P
+from reactq.shared.engine.state import RunState
+from reactq.shared.models import ChatMessage
 
 
 def synthesis_messages(state: RunState, *, directive: str | None = None,

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from shared.engine.state import ToolOutcome
-from shared.errors import ToolError, ToolNotFound
-from shared.hooks import HookContext, HookPoint, HookRegistry
-from shared.models import ToolCallRequest, ToolResult
-from shared.tools.base import ToolRegistry
+from reactq.shared.engine.state import ToolOutcome
+from reactq.shared.errors import ToolError, ToolNotFound
+from reactq.shared.hooks import HookContext, HookPoint, HookRegistry
+from reactq.shared.models import ToolCallRequest, ToolResult
+from reactq.shared.tools.base import ToolRegistry
 
 
 async def execute_call(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
-from shared.models import ChatMessage, LLMResult, StreamChunk
+from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 #: Unit tests set this to False (tests/conftest.py) so that no test can reach a real model.
 ALLOW_REAL_LLM = True

@@ -17,7 +17,7 @@ may rely on:
   ``LLMError`` naming the model and the HTTP status (``.status_code`` attribute, None for
   connection errors / timeouts), with the openai exception as ``__cause__``.
 * Parameters left ``None`` are not sent at all.
-* With ``shared.llm.base.ALLOW_REAL_LLM = False`` (unit tests) any call to a non-loopback
+* With ``reactq.shared.llm.base.ALLOW_REAL_LLM = False`` (unit tests) any call to a non-loopback
   ``base_url`` raises ``ConfigError`` before a byte is sent.
 * The API key never appears in ``repr()``/``str()``.
 """
@@ -37,9 +37,9 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import SecretStr
 
-from shared.errors import ConfigError, LLMError, StreamIncomplete
-from shared.llm import base as llm_base
-from shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
+from reactq.shared.errors import ConfigError, LLMError, StreamIncomplete
+from reactq.shared.llm import base as llm_base
+from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
 
 __all__ = ["OpenAILLM", "is_loopback_url", "parse_arguments", "to_openai_message",
            "ToolCallAssembler"]

@@ -27,10 +27,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
-from shared.errors import ConfigError
-from shared.llm.base import LLM
-from shared.llm.openai import OpenAILLM
-from shared.settings import Settings
+from reactq.shared.errors import ConfigError
+from reactq.shared.llm.base import LLM
+from reactq.shared.llm.openai import OpenAILLM
+from reactq.shared.settings import Settings
 
 __all__ = ["ModelRegistry", "ModelSpec", "ModelEntry", "Abilities", "DEFAULT_ROLES",
            "load_model_specs", "load_registry"]

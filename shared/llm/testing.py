@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
+from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
 
 
 class UnexpectedModelCall(AssertionError):

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from shared.errors import ToolError, ToolNotFound
-from shared.models import ToolResult
+from reactq.shared.errors import ToolError, ToolNotFound
+from reactq.shared.models import ToolResult
 
 
 class ToolArgumentsError(ToolError):

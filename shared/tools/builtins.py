@@ -10,7 +10,7 @@
 ``sleep``          waits up to 30 s (for demos and tests of parallel tool calls)
 =================  ==========================================================
 
-Errors are raised as :class:`~shared.errors.ToolError` with a message written for the
+Errors are raised as :class:`~reactq.shared.errors.ToolError` with a message written for the
 LLM (the engine turns it into an error observation); bad arguments never reach the
 function, because :meth:`Tool.invoke` validates them against the pydantic model first.
 
@@ -37,8 +37,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from shared.errors import ToolError
-from shared.tools.base import Tool, ToolRegistry
+from reactq.shared.errors import ToolError
+from reactq.shared.tools.base import Tool, ToolRegistry
 
 __all__ = [
     "BUILTIN_TOOLS",

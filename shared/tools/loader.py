@@ -3,21 +3,21 @@
 ``REACTQ_TOOLS`` is a comma-separated list of ``module:attr`` entries, for example
 ``REACTQ_TOOLS="myapp.tools:TOOLS, myapp.search:make_search_tool"``. Each ``attr`` may be
 
-* a :class:`~shared.tools.base.Tool` (e.g. a function decorated with ``@tool``),
+* a :class:`~reactq.shared.tools.base.Tool` (e.g. a function decorated with ``@tool``),
 * a list or tuple of ``Tool``\\ s,
-* a :class:`~shared.tools.base.ToolRegistry`, or
+* a :class:`~reactq.shared.tools.base.ToolRegistry`, or
 * a zero-argument callable returning one of those (called once, at load time).
 
 Every problem (bad entry, import failure, wrong type, a factory that raises, two tools
-with one name) is a :class:`~shared.errors.ConfigError` naming the entry and the reason,
+with one name) is a :class:`~reactq.shared.errors.ConfigError` naming the entry and the reason,
 raised at worker start rather than in the middle of a run.
 
 :func:`default_registry` is what workers and ``reactq run --local`` use: the built-in
-tools (:mod:`shared.tools.builtins`) followed by the loaded ones. A loaded tool with the
+tools (:mod:`reactq.shared.tools.builtins`) followed by the loaded ones. A loaded tool with the
 name of a built-in **replaces** that built-in (a warning is logged), so a deployment can
 supply its own ``calculator``; two loaded tools with one name are an error.
 
-Hooks are loaded the same way by :mod:`shared.hooks_loader` (``REACTQ_HOOKS``).
+Hooks are loaded the same way by :mod:`reactq.shared.hooks_loader` (``REACTQ_HOOKS``).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from shared.plugins import entry_error, load_entries
-from shared.settings import Settings
-from shared.tools.base import Tool, ToolRegistry
-from shared.tools.builtins import BUILTIN_TOOLS
+from reactq.shared.plugins import entry_error, load_entries
+from reactq.shared.settings import Settings
+from reactq.shared.tools.base import Tool, ToolRegistry
+from reactq.shared.tools.builtins import BUILTIN_TOOLS
 
 __all__ = ["default_registry", "load_tools"]
 

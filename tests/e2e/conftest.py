@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from dispatcher.demo import LocalModelServer, find_gguf, local_model_missing, write_registry
-from shared.redisconn import free_port, start_server
-from shared.settings import Settings
+from reactq.dispatcher.demo import LocalModelServer, find_gguf, local_model_missing, write_registry
+from reactq.shared.redisconn import free_port, start_server
+from reactq.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 MISSING = local_model_missing()
@@ -61,7 +61,7 @@ def e2e_settings(e2e_redis: str, smollm2: LocalModelServer,
 
 @pytest.fixture(scope="session")
 def e2e_worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from dispatcher.local import worker_command
+    from reactq.dispatcher.local import worker_command
 
     log = tmp_path_factory.mktemp("e2e-worker") / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
@@ -85,6 +85,6 @@ def e2e_worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
 
 @pytest.fixture
 def e2e_dispatcher(e2e_settings: Settings, e2e_worker: Any) -> Any:
-    from dispatcher.client import Dispatcher
+    from reactq.dispatcher.client import Dispatcher
 
     return Dispatcher(e2e_settings)

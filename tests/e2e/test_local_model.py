@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from dispatcher.metrics import snapshot
-from shared.engine.state import TERMINAL_STATUSES
-from shared.events import Event
-from shared.requests import RunRequest
+from reactq.dispatcher.metrics import snapshot
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.events import Event
+from reactq.shared.requests import RunRequest
 
 pytestmark = [pytest.mark.local_model, pytest.mark.timeout(300)]
 

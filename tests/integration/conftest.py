@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import redis
 
-from shared.redisconn import free_port, start_server
-from shared.settings import Settings
+from reactq.shared.redisconn import free_port, start_server
+from reactq.shared.settings import Settings
 from tests.scripted_server import (
     Reply,
     ScriptedServer,
@@ -155,7 +155,7 @@ class WorkerFactory:
               concurrency: int = 4, wait: bool = True, **env: str) -> Worker:
         name = name or f"w{len(self.started) + 1}-{uuid.uuid4().hex[:4]}"
         log = self.tmp / f"{name}.log"
-        cmd = [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "-Q", queues,
+        cmd = [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
                "--pool", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
                "--without-mingle", "--without-gossip", "-E", "-l", "INFO"]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.redis_url, self.llm, **env),
@@ -209,6 +209,6 @@ def settings(redis_url: str, llm: LLMFixture) -> Settings:
 
 @pytest.fixture
 def dispatcher(settings: Settings) -> Any:
-    from dispatcher.client import Dispatcher
+    from reactq.dispatcher.client import Dispatcher
 
     return Dispatcher(settings)

@@ -30,7 +30,7 @@ def reactq(*args: str, env: dict[str, str], cwd: Path = ROOT, timeout: float = 6
 def in_process(*args: str, env: dict[str, str]) -> Any:
     from typer.testing import CliRunner
 
-    from dispatcher.cli import app
+    from reactq.dispatcher.cli import app
 
     return CliRunner().invoke(app, list(args), env=env)
 
@@ -194,7 +194,7 @@ def test_the_worker_command_starts_a_celery_worker_on_the_projects_queues(env, t
 def test_interrupt_cancel_and_watch_commands(env, llm, dispatcher):
     """In-process (typer's runner) against the real Redis and workers: these commands are
     thin, and four more interpreter start-ups would only slow the suite down."""
-    from shared.requests import RunRequest
+    from reactq.shared.requests import RunRequest
 
     q = llm.script(llm.unique("cli: cancel me"), [
         reply_tool_calls([("c1", "slow", {"tag": "cli-cancel", "seconds": 5})]),

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import redis
 
-from dispatcher.client import Dispatcher
-from shared.requests import RunRequest
-from shared.settings import Settings
+from reactq.dispatcher.client import Dispatcher
+from reactq.shared.requests import RunRequest
+from reactq.shared.settings import Settings
 from tests.integration.conftest import WorkerFactory
 from tests.scripted_server import reply_text, reply_tool_calls
 

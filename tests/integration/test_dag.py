@@ -26,11 +26,11 @@ from typing import Any
 import pytest
 import redis
 
-from dispatcher.dag import DagDispatcher
-from shared.errors import RequestError
-from shared.events import Event
-from shared.requests import DagRequest, PlanStepIn
-from shared.settings import Settings
+from reactq.dispatcher.dag import DagDispatcher
+from reactq.shared.errors import RequestError
+from reactq.shared.events import Event
+from reactq.shared.requests import DagRequest, PlanStepIn
+from reactq.shared.settings import Settings
 from tests.integration.conftest import LLMFixture, Worker, WorkerFactory
 from tests.scripted_server import Reply, first_user_text, reply_error, reply_text, reply_tool_calls
 
@@ -148,7 +148,7 @@ def http_client(c: Cluster) -> Any:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from dispatcher.dag_http import DagHttp, router
+    from reactq.dispatcher.dag_http import DagHttp, router
 
     app = FastAPI()
     app.include_router(router)
@@ -408,7 +408,7 @@ def test_the_cli_runs_a_plan_file_and_refuses_a_cycle(dag_cluster: Cluster, llm:
     import typer
     from typer.testing import CliRunner
 
-    from dispatcher.dag_cli import dag
+    from reactq.dispatcher.dag_cli import dag
 
     s = dag_cluster.dags.settings
     for name, value in {"REACTQ_REDIS_URL": s.redis_url, "REACTQ_MODELS": str(s.models),

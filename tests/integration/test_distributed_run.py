@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from shared.requests import RunRequest
+from reactq.shared.requests import RunRequest
 from tests.scripted_server import reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.integration
@@ -52,11 +52,11 @@ def _normalized(events):
 async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runner(
         mode, workers, dispatcher, llm, settings):
     """DESIGN "both shells": same script ⇒ same event sequence, in both modes."""
-    from shared.engine.steps import EngineDeps
-    from shared.events import ListSink
-    from shared.inprocess import run_local
-    from shared.llm.registry import load_registry
-    from shared.tools.loader import default_registry
+    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.events import ListSink
+    from reactq.shared.inprocess import run_local
+    from reactq.shared.llm.registry import load_registry
+    from reactq.shared.tools.loader import default_registry
 
     if mode == "native":
         turns = [reply_tool_calls([("c1", "calculator", {"expression": "2+3"}),

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from shared.redisconn import free_port
-from shared.requests import RunRequest
+from reactq.shared.redisconn import free_port
+from reactq.shared.requests import RunRequest
 from tests.integration.conftest import ROOT
 from tests.scripted_server import reply_text, reply_tool_calls
 
@@ -73,7 +73,7 @@ def flower(redis_url: str, workers: Any, tmp_path_factory: pytest.TempPathFactor
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_", "FLOWER_"))}
     env.update(REACTQ_REDIS_URL=redis_url, FLOWER_UNAUTHENTICATED_API="true",
                PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    cmd = [sys.executable, "-m", "celery", "-A", "workers.app", "flower", f"--port={port}",
+    cmd = [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "flower", f"--port={port}",
            "--address=127.0.0.1"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 import redis
 
-from shared.redisconn import free_port
+from reactq.shared.redisconn import free_port
 from tests.integration.conftest import ROOT, worker_env
 from tests.scripted_server import reply_text, reply_tool_calls
 
@@ -33,10 +33,10 @@ class Gateway:
 
 
 def start_gateway(env: dict[str, str], log: Path, *, via_cli: bool = True) -> Gateway:
-    """``reactq serve`` (or plain ``uvicorn dispatcher.http:app``) on a free port."""
+    """``reactq serve`` (or plain ``uvicorn reactq.dispatcher.http:app``) on a free port."""
     port = free_port()
     cmd = ([sys.executable, "-m", "dispatcher", "serve"] if via_cli else
-           [sys.executable, "-m", "uvicorn", "dispatcher.http:app", "--host", "127.0.0.1"])
+           [sys.executable, "-m", "uvicorn", "reactq.dispatcher.http:app", "--host", "127.0.0.1"])
     proc = subprocess.Popen(
         [*cmd, "--port", str(port), "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -330,8 +330,8 @@ def test_http_batches_as_json_and_jsonl(api, llm):
 
 def test_a_gateway_that_starts_resumes_batches_left_running(api, redis_url, llm, r, tmp_path):
     """A batch whose gateway died (no driver lease) is picked up by the next gateway."""
-    from dispatcher.batch import BatchStore, parse_obj
-    from shared.keys import Keys
+    from reactq.dispatcher.batch import BatchStore, parse_obj
+    from reactq.shared.keys import Keys
 
     qs = [llm.script(llm.unique(f"orphan batch {i}"), [reply_text("a")]) for i in range(3)]
     batch_id = BatchStore(r, Keys(), 3600).create([parse_obj({"query": q}, n) for n, q in enumerate(qs, 1)], 2)

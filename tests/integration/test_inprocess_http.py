@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from shared.engine.steps import EngineDeps
-from shared.events import ListSink
-from shared.inprocess import run_local
-from shared.llm.openai import OpenAILLM
-from shared.requests import RunRequest
-from shared.tools.builtins import builtin_registry
+from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.events import ListSink
+from reactq.shared.inprocess import run_local
+from reactq.shared.llm.openai import OpenAILLM
+from reactq.shared.requests import RunRequest
+from reactq.shared.tools.builtins import builtin_registry
 from tests.integration.conftest import ScriptBook
 from tests.scripted_server import ScriptedServer, reply_error, reply_text, reply_tool_calls
 

@@ -1,4 +1,4 @@
-"""Issue 6: Prometheus metrics from real workers, read back through ``dispatcher.metrics``."""
+"""Issue 6: Prometheus metrics from real workers, read back through ``reactq.dispatcher.metrics``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import redis
 
-from dispatcher.metrics import FAMILIES as READER_FAMILIES
-from dispatcher.metrics import counter_family, histogram_family, render, snapshot
-from shared.requests import RunRequest
-from shared.settings import Settings
+from reactq.dispatcher.metrics import FAMILIES as READER_FAMILIES
+from reactq.dispatcher.metrics import counter_family, histogram_family, render, snapshot
+from reactq.shared.requests import RunRequest
+from reactq.shared.settings import Settings
 from tests.scripted_server import reply_error, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.integration
@@ -98,7 +98,7 @@ def test_queue_depth_counts_kombus_lists_with_their_priority_suffixes(redis_url)
     """Messages nobody consumes (db 9 has no workers) are counted per queue, priorities included."""
     from celery import Celery
 
-    from workers.config import celery_config
+    from reactq.workers.config import celery_config
 
     base = redis_url.rsplit("/", 1)[0]
     settings = Settings(redis_url=f"{base}/9")
@@ -118,12 +118,12 @@ def test_queue_depth_counts_kombus_lists_with_their_priority_suffixes(redis_url)
 def test_the_gateway_serves_metrics(workers, settings):
     """``GET /metrics`` on the HTTP gateway (once ``dispatcher/http.py`` exists)."""
     try:
-        http = importlib.import_module("dispatcher.http")
+        http = importlib.import_module("reactq.dispatcher.http")
     except ImportError as exc:
-        pytest.skip(f"dispatcher.http is not there yet: {exc}")
+        pytest.skip(f"reactq.dispatcher.http is not there yet: {exc}")
     factory = getattr(http, "create_app", None) or getattr(http, "make_app", None)
     if factory is None:
-        pytest.skip("dispatcher.http has no create_app(settings)")
+        pytest.skip("reactq.dispatcher.http has no create_app(settings)")
     from starlette.testclient import TestClient
 
     with TestClient(factory(settings)) as client:
@@ -139,11 +139,11 @@ async def test_the_metering_wrapper_times_chat_and_stream_and_counts_errors_and_
     """``MeteredLLM`` in isolation (fakeredis): what it records, and that it stays transparent."""
     import fakeredis
 
-    from shared.errors import LLMError
-    from shared.keys import Keys
-    from shared.llm.testing import ScriptedLLM, text
-    from shared.models import ChatMessage
-    from workers.metrics import MeteredLLM, Recorder
+    from reactq.shared.errors import LLMError
+    from reactq.shared.keys import Keys
+    from reactq.shared.llm.testing import ScriptedLLM, text
+    from reactq.shared.models import ChatMessage
+    from reactq.workers.metrics import MeteredLLM, Recorder
 
     err = LLMError("rate limited")
     err.status_code = 429  # type: ignore[attr-defined]

@@ -8,11 +8,11 @@ import uuid
 import pytest
 import redis
 
-from shared.engine import loop
-from shared.engine.state import RunState
-from shared.keys import Keys
-from shared.store import RunStore
-from workers.lease import Leases
+from reactq.shared.engine import loop
+from reactq.shared.engine.state import RunState
+from reactq.shared.keys import Keys
+from reactq.shared.store import RunStore
+from reactq.workers.lease import Leases
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import time
 import redis
 from pydantic import BaseModel, Field
 
-from shared.tools.base import Tool
+from reactq.shared.tools.base import Tool
 
 
 def _record(tag: str, started: float) -> None:

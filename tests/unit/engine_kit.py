@@ -1,6 +1,6 @@
 """Shared helpers for the engine behaviour tests (``test_engine_*.py``).
 
-Everything runs in-process through ``shared.inprocess.run_local`` (or the step functions)
+Everything runs in-process through ``reactq.shared.inprocess.run_local`` (or the step functions)
 with scripted LLMs: no network, no Redis. ``Mode`` builds the same scenario for JSON mode
 and native function calling, so most behaviours are tested as twins.
 
@@ -17,16 +17,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from shared.engine.state import Interrupt, RunState
-from shared.engine.steps import EngineDeps
-from shared.events import Event, ListSink
-from shared.hooks import Hook, HookContext, HookPoint, HookRegistry, HookResult
-from shared.inprocess import InterruptQueue, run_local
-from shared.llm.testing import Call, FunctionLLM, ScriptedLLM, final, text, tool_calls, tool_json
-from shared.models import ChatMessage, LLMResult
-from shared.requests import RunRequest
-from shared.settings import EngineConfig
-from shared.tools.base import Tool, ToolRegistry
+from reactq.shared.engine.state import Interrupt, RunState
+from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.events import Event, ListSink
+from reactq.shared.hooks import Hook, HookContext, HookPoint, HookRegistry, HookResult
+from reactq.shared.inprocess import InterruptQueue, run_local
+from reactq.shared.llm.testing import Call, FunctionLLM, ScriptedLLM, final, text, tool_calls, tool_json
+from reactq.shared.models import ChatMessage, LLMResult
+from reactq.shared.requests import RunRequest
+from reactq.shared.settings import EngineConfig
+from reactq.shared.tools.base import Tool, ToolRegistry
 
 SYNTH_TEXT = "The synthesized answer."
 SYNTH = text(SYNTH_TEXT)

@@ -11,10 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from dispatcher.batch import ResultFile, parse_lines
-from dispatcher.cli import app
-from dispatcher.render import RunRenderer, screenful
-from shared.events import Event
+from reactq.dispatcher.batch import ResultFile, parse_lines
+from reactq.dispatcher.cli import app
+from reactq.dispatcher.render import RunRenderer, screenful
+from reactq.shared.events import Event
 
 ENV = {"REACTQ_MODEL": "scripted", "OPENAI_API_KEY": "test-key",
        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1", "REACTQ_TOOLS": "tests.integration.tools:TOOLS",
@@ -135,9 +135,9 @@ def test_dag_forwards_to_the_dag_module_when_it_exists(runner, monkeypatch):
         seen.update(plan=plan, goal=goal)
 
     fake = types.SimpleNamespace(dag=dag)
-    monkeypatch.setitem(sys.modules, "dispatcher.dag_cli", fake)
+    monkeypatch.setitem(sys.modules, "reactq.dispatcher.dag_cli", fake)
     # `from dispatcher import dag_cli` prefers the package attribute once the real one loaded.
-    monkeypatch.setattr(sys.modules["dispatcher"], "dag_cli", fake, raising=False)
+    monkeypatch.setattr(sys.modules["reactq.dispatcher"], "dag_cli", fake, raising=False)
     res = runner.invoke(app, ["dag", "--goal", "plan a trip"], env=ENV)
     assert res.exit_code == 0, res.output
     assert seen == {"plan": None, "goal": "plan a trip"}
@@ -150,8 +150,8 @@ def test_the_gateway_mounts_the_dag_router_when_it_exists(monkeypatch):
     from fastapi import APIRouter
     from fastapi.testclient import TestClient
 
-    from dispatcher.http import create_app
-    from shared.settings import Settings
+    from reactq.dispatcher.http import create_app
+    from reactq.shared.settings import Settings
 
     router = APIRouter()
 
@@ -160,8 +160,8 @@ def test_the_gateway_mounts_the_dag_router_when_it_exists(monkeypatch):
         return {"dag_id": dag_id}
 
     fake = types.SimpleNamespace(router=router)
-    monkeypatch.setitem(sys.modules, "dispatcher.dag_http", fake)
-    monkeypatch.setattr(sys.modules["dispatcher"], "dag_http", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "reactq.dispatcher.dag_http", fake)
+    monkeypatch.setattr(sys.modules["reactq.dispatcher"], "dag_http", fake, raising=False)
     app_ = create_app(Settings(redis_url="redis://127.0.0.1:1/0"))
     with TestClient(app_) as client:
         assert client.get("/v1/dags/d1").json() == {"dag_id": "d1"}

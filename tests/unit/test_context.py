@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from shared.engine.context import (
+from reactq.shared.engine.context import (
     HINT_PROMPTS,
     ContextGuard,
     budget_for,
@@ -14,8 +14,8 @@ from shared.engine.context import (
     estimate_tokens,
     smart_truncate,
 )
-from shared.llm.testing import FunctionLLM, ScriptedLLM, text
-from shared.models import ChatMessage, ToolCallRequest
+from reactq.shared.llm.testing import FunctionLLM, ScriptedLLM, text
+from reactq.shared.models import ChatMessage, ToolCallRequest
 
 
 def msg(role: str, content: str, *, pinned: bool = False) -> ChatMessage:

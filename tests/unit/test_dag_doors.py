@@ -11,17 +11,17 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from dispatcher.dag import DagDispatcher
-from dispatcher.dag_cli import UsageError, load_request, steps_table
-from dispatcher.dag_http import DagHttp, router
-from shared.dag import machine as M
-from shared.dag.config import DagConfig
-from shared.dag.models import ExecutionPlan, PlanStep
-from shared.dag.store import DagStore, public_view
-from shared.errors import RequestError
-from shared.keys import Keys
-from shared.requests import DagRequest, PlanStepIn
-from shared.settings import Settings
+from reactq.dispatcher.dag import DagDispatcher
+from reactq.dispatcher.dag_cli import UsageError, load_request, steps_table
+from reactq.dispatcher.dag_http import DagHttp, router
+from reactq.shared.dag import machine as M
+from reactq.shared.dag.config import DagConfig
+from reactq.shared.dag.models import ExecutionPlan, PlanStep
+from reactq.shared.dag.store import DagStore, public_view
+from reactq.shared.errors import RequestError
+from reactq.shared.keys import Keys
+from reactq.shared.requests import DagRequest, PlanStepIn
+from reactq.shared.settings import Settings
 
 
 @pytest.fixture

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from shared.dag import machine as M
-from shared.dag.config import DagConfig
-from shared.dag.models import AnalysisResult, ExecutionPlan, PlanStep
-from shared.dag.state import DagState
-from shared.events import Event
-from shared.models import Usage
-from shared.requests import DagRequest
+from reactq.shared.dag import machine as M
+from reactq.shared.dag.config import DagConfig
+from reactq.shared.dag.models import AnalysisResult, ExecutionPlan, PlanStep
+from reactq.shared.dag.state import DagState
+from reactq.shared.events import Event
+from reactq.shared.models import Usage
+from reactq.shared.requests import DagRequest
 
 ROLES = {None: "general", "fast": "fast-model", "reasoning": "deep-model"}
 

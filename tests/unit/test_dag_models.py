@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from shared.dag.models import (
+from reactq.shared.dag.models import (
     CycleError,
     DuplicateStepError,
     PlanError,

@@ -7,10 +7,10 @@ from datetime import datetime
 
 import pytest
 
-from shared.dag.analyzer import analyze, format_step_results
-from shared.dag.planner import create_plan, planner_messages
-from shared.dag.state import StepState
-from shared.llm.testing import ScriptedLLM, text, tool_calls
+from reactq.shared.dag.analyzer import analyze, format_step_results
+from reactq.shared.dag.planner import create_plan, planner_messages
+from reactq.shared.dag.state import StepState
+from reactq.shared.llm.testing import ScriptedLLM, text, tool_calls
 
 
 def plan_json(*steps: dict) -> str:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from shared.dag.models import AnalysisResult
-from shared.dag.query import (
+from reactq.shared.dag.models import AnalysisResult
+from reactq.shared.dag.query import (
     MAX_QUERY_CHARS,
     build_step_query,
     fallback_answer,
     replan_context,
     synthesis_messages,
 )
-from shared.dag.state import RoundRecord, StepState
+from reactq.shared.dag.state import RoundRecord, StepState
 
 
 def diamond() -> list[StepState]:

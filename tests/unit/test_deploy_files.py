@@ -44,7 +44,7 @@ def check_reactq(argv: list[str]) -> None:
     module, _, attr = scripts["reactq"].partition(":")
     assert callable(getattr(importlib.import_module(module), attr))
     try:
-        cli = importlib.import_module("dispatcher.cli")
+        cli = importlib.import_module("reactq.dispatcher.cli")
     except ImportError:
         pytest.skip("dispatcher/cli.py is not there yet")
     import typer.main
@@ -98,7 +98,7 @@ def test_the_procfile_has_the_four_process_types():
     assert entries["web"][:2] == ["reactq", "serve"]
     assert entries["worker"][:2] == ["reactq", "worker"]
     assert entries["toolworker"][entries["toolworker"].index("--queues") + 1] == "reactq.tools"
-    assert entries["flower"][:4] == ["celery", "-A", "workers.app", "flower"]
+    assert entries["flower"][:4] == ["celery", "-A", "reactq.workers.app", "flower"]
 
 
 @pytest.mark.parametrize("name", ["web", "worker", "toolworker", "flower"])

@@ -17,10 +17,10 @@ from engine_kit import (
     echo_tool,
     run,
 )
-from shared.engine import prompts
-from shared.events import Event, ListSink
-from shared.inprocess import InterruptQueue
-from shared.settings import EngineConfig
+from reactq.shared.engine import prompts
+from reactq.shared.events import Event, ListSink
+from reactq.shared.inprocess import InterruptQueue
+from reactq.shared.settings import EngineConfig
 
 CHECKLIST = (
     "Before finalizing your answer, verify:\n"
@@ -210,7 +210,7 @@ async def test_a_prose_verification_reply_does_not_end_in_the_max_iteration_summ
     """S45/S46/S60: JSON verification reply in prose ⇒ reformat retry; with no turn left to
     ask again, the answer given before the checklist is accepted."""
     from engine_kit import JSON
-    from shared.llm.testing import text
+    from reactq.shared.llm.testing import text
 
     llm = JSON.llm(three_calls(JSON) + [JSON.answer("first"), text("Let me verify: all good"),
                                         JSON.answer("verified ✓"), SYNTH])

@@ -22,10 +22,10 @@ from engine_kit import (
     run,
     stub_tools,
 )
-from shared.engine import prompts
-from shared.llm.testing import ScriptedLLM, final, text, tool_calls, tool_json
-from shared.models import Artifact, ToolResult
-from shared.tools.base import Tool
+from reactq.shared.engine import prompts
+from reactq.shared.llm.testing import ScriptedLLM, final, text, tool_calls, tool_json
+from reactq.shared.models import Artifact, ToolResult
+from reactq.shared.tools.base import Tool
 
 REFORMAT = (
     "Your previous response was not valid JSON. Please re-format your answer as a JSON object "

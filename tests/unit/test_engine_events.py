@@ -24,12 +24,12 @@ from engine_kit import (
     run,
     stub_tools,
 )
-from shared.engine.context import ContextGuard
-from shared.engine.state import dump_state, load_state
-from shared.events import CHANNELS, ListSink
-from shared.inprocess import InterruptQueue, advance, new_state, run_local
-from shared.llm.testing import FunctionLLM, ScriptedLLM, final, text, tool_calls, tool_json
-from shared.requests import RunRequest
+from reactq.shared.engine.context import ContextGuard
+from reactq.shared.engine.state import dump_state, load_state
+from reactq.shared.events import CHANNELS, ListSink
+from reactq.shared.inprocess import InterruptQueue, advance, new_state, run_local
+from reactq.shared.llm.testing import FunctionLLM, ScriptedLLM, final, text, tool_calls, tool_json
+from reactq.shared.requests import RunRequest
 
 # DESIGN.md "Events": the fields each payload must carry (extras allowed), plus seq.
 REQUIRED: dict[tuple[str, str | None, str | None], set[str]] = {
@@ -131,7 +131,7 @@ async def test_iter_elapsed_is_measured_from_the_tool_start_in_seconds() -> None
         return text
 
     from engine_kit import TextArgs
-    from shared.tools.base import Tool
+    from reactq.shared.tools.base import Tool
 
     tool = Tool(name="echo", description="Echo.", args_model=TextArgs, fn=slow)
     llm = NATIVE.llm([NATIVE.call("echo", {"text": "x"}), NATIVE.answer("ok"), SYNTH])
@@ -349,7 +349,7 @@ async def test_a_state_saved_mid_turn_resumes_the_pending_tool_calls() -> None:
 
 def test_load_state_refuses_an_unknown_schema_version() -> None:
     """DESIGN §11: persisted state is versioned; unknown versions fail fast."""
-    from shared.engine.state import RunState
+    from reactq.shared.engine.state import RunState
 
     raw = dump_state(RunState(run_id="r", query="q", model="m", mode="json", max_iterations=3))
     with pytest.raises(ValueError, match="schema version"):

@@ -21,8 +21,8 @@ from engine_kit import (
     raising_tool,
     run,
 )
-from shared.hooks import HookContext, HookResult
-from shared.models import Artifact, ToolResult
+from reactq.shared.hooks import HookContext, HookResult
+from reactq.shared.models import Artifact, ToolResult
 
 
 def block(error: str | None = "Blocked by test hook") -> Any:
@@ -214,7 +214,7 @@ async def test_requires_confirmation_comes_from_the_tool_per_call() -> None:
     from dataclasses import dataclass
 
     from engine_kit import JSON, TextArgs
-    from shared.tools.base import Tool
+    from reactq.shared.tools.base import Tool
 
     @dataclass
     class Gated(Tool):

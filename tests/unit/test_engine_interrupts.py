@@ -18,11 +18,11 @@ from engine_kit import (
     echo_tool,
     run,
 )
-from shared.events import Event, ListSink
-from shared.inprocess import InterruptQueue
-from shared.llm.testing import ScriptedLLM, final, text, tool_calls
-from shared.models import ChatMessage
-from shared.tools.base import Tool
+from reactq.shared.events import Event, ListSink
+from reactq.shared.inprocess import InterruptQueue
+from reactq.shared.llm.testing import ScriptedLLM, final, text, tool_calls
+from reactq.shared.models import ChatMessage
+from reactq.shared.tools.base import Tool
 
 from engine_kit import TextArgs
 

@@ -19,8 +19,8 @@ from engine_kit import (
     raising_tool,
     run,
 )
-from shared.engine import prompts
-from shared.llm.testing import ScriptedLLM, final, text, tool_calls, tool_json
+from reactq.shared.engine import prompts
+from reactq.shared.llm.testing import ScriptedLLM, final, text, tool_calls, tool_json
 
 # --------------------------------------------------------------------------- T-A1 … T-A6
 
@@ -341,7 +341,7 @@ async def test_native_calls_of_one_turn_run_concurrently() -> None:
     import asyncio
 
     from engine_kit import AnyArgs
-    from shared.tools.base import Tool
+    from reactq.shared.tools.base import Tool
 
     both_started = asyncio.Event()
     started = 0
@@ -374,7 +374,7 @@ async def test_native_tool_errors_reach_the_llm_as_error_prefixed_tool_messages(
 
 async def test_a_native_reply_without_content_or_tool_calls_is_an_empty_answer() -> None:
     """S12: a native turn with no tool_calls is final; content None ⇒ ""."""
-    from shared.models import ChatMessage, LLMResult
+    from reactq.shared.models import ChatMessage, LLMResult
 
     llm = ScriptedLLM([LLMResult(message=ChatMessage(role="assistant", content=None)), SYNTH],
                       abilities={"tool_call": True})
@@ -391,7 +391,7 @@ async def test_a_native_reply_without_content_or_tool_calls_is_an_empty_answer()
 async def test_steps_hold_executed_failed_and_blocked_calls_then_one_final_step() -> None:
     """S14: one step per executed/failed/blocked call in execution order, + exactly one final."""
     from engine_kit import pre_hook
-    from shared.hooks import HookResult
+    from reactq.shared.hooks import HookResult
 
     blocker = pre_hook(lambda ctx: HookResult(allow=False, error="no"), tool_filter="add")
     llm = ScriptedLLM([
@@ -449,8 +449,8 @@ async def test_a_one_turn_budget_ends_with_the_summary_of_that_turn() -> None:
 
 def test_the_step_summary_says_no_steps_taken_when_there_were_none() -> None:
     """S16: an empty step list summarises as "(no steps taken)"; a final step as "final answer"."""
-    from shared.engine.loop import step_summary
-    from shared.engine.state import RunState, StepRecord
+    from reactq.shared.engine.loop import step_summary
+    from reactq.shared.engine.state import RunState, StepRecord
 
     state = RunState(run_id="r", query="q", model="m", mode="json", max_iterations=1)
     assert step_summary(state) == "(no steps taken)"

@@ -16,8 +16,8 @@ from engine_kit import (
     raising_tool,
     run,
 )
-from shared.llm.testing import ScriptedLLM, text, tool_calls
-from shared.settings import EngineConfig
+from reactq.shared.llm.testing import ScriptedLLM, text, tool_calls
+from reactq.shared.settings import EngineConfig
 
 
 def distinct_calls(mode: Mode, n: int) -> list:
@@ -111,7 +111,7 @@ async def test_the_json_self_check_follows_the_observation_and_cycle_warning() -
 
 async def test_the_native_self_check_comes_after_tool_messages_warnings_and_interrupts() -> None:
     """S38: native order: assistant(tool_calls) → tool… → cycle warning → [USER INTERRUPT] → self-check."""
-    from shared.inprocess import InterruptQueue
+    from reactq.shared.inprocess import InterruptQueue
 
     queue = InterruptQueue()
     turns = [tool_calls((f"c{i}", "echo", {"text": f"t{i}"})) for i in range(3)]
@@ -125,7 +125,7 @@ async def test_the_native_self_check_comes_after_tool_messages_warnings_and_inte
         script = turns + [sixth, text("done"), SYNTH]
         return script[n - 1]
 
-    from shared.llm.testing import FunctionLLM
+    from reactq.shared.llm.testing import FunctionLLM
 
     llm = FunctionLLM(respond, abilities={"tool_call": True})
     out = await run(llm, [echo_tool()], interrupts=queue, max_iterations=15, completion_check=False)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from engine_kit import MODES, SYNTH, SYNTH_TEXT, Mode, echo_tool, raising_tool, run
-from shared.engine.synthesis import fallback_chunks
-from shared.llm.testing import Call, ScriptedLLM, final, text
-from shared.models import ChatMessage, StreamChunk
+from reactq.shared.engine.synthesis import fallback_chunks
+from reactq.shared.llm.testing import Call, ScriptedLLM, final, text
+from reactq.shared.models import ChatMessage, StreamChunk
 
 
 def answer_deltas(out: Any) -> list[str]:
@@ -69,7 +69,7 @@ async def test_a_run_without_tool_calls_has_an_empty_trace_marker() -> None:
 
 async def test_native_assistant_text_beside_tool_calls_is_in_the_trace() -> None:
     """S51: assistant text appears as "Assistant reasoning: <content>"."""
-    from shared.llm.testing import tool_calls
+    from reactq.shared.llm.testing import tool_calls
 
     llm = ScriptedLLM([tool_calls(("c1", "echo", {"text": "d"}), content="Let me look."), text("ok"), SYNTH],
                       abilities={"tool_call": True})
@@ -197,8 +197,8 @@ async def test_no_agent_directive_section_without_extra_instructions() -> None:
 
 def test_a_language_directive_is_appended_as_a_bullet() -> None:
     """S50: language_directive ⇒ "- <directive>" appended to the system prompt."""
-    from shared.engine.state import RunState
-    from shared.engine.synthesis import synthesis_messages
+    from reactq.shared.engine.state import RunState
+    from reactq.shared.engine.synthesis import synthesis_messages
 
     state = RunState(run_id="r", query="q", model="m", mode="json", max_iterations=3)
     system = synthesis_messages(state, language_directive="Answer in Korean.")[0].text()

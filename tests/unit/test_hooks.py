@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.builtin_hooks import (
+from reactq.shared.builtin_hooks import (
     builtin_hooks,
     connector_call_logger,
     deny_tools,
@@ -22,10 +22,10 @@ from shared.builtin_hooks import (
     read_only_mode,
     result_truncator,
 )
-from shared.errors import ConfigError
-from shared.hooks import Handler, Hook, HookContext, HookPoint, HookRegistry, HookResult
-from shared.hooks_loader import default_hooks, load_hooks
-from shared.settings import Settings
+from reactq.shared.errors import ConfigError
+from reactq.shared.hooks import Handler, Hook, HookContext, HookPoint, HookRegistry, HookResult
+from reactq.shared.hooks_loader import default_hooks, load_hooks
+from reactq.shared.settings import Settings
 
 PRE, POST, START = HookPoint.PRE_TOOL_USE, HookPoint.POST_TOOL_USE, HookPoint.SESSION_START
 
@@ -392,7 +392,7 @@ async def test_connector_call_logger_logs_connector_calls_and_changes_nothing(
     """S36f: connector_call_logger (POST, priority 0) only observes."""
     assert (connector_call_logger.hook_point, connector_call_logger.priority) == (POST, 0)
     reg = HookRegistry([connector_call_logger])
-    with caplog.at_level(logging.INFO, logger="shared.builtin_hooks"):
+    with caplog.at_level(logging.INFO, logger="reactq.shared.builtin_hooks"):
         res = await reg.run_post_tool(post_ctx("result", tool="github__search"))
         await reg.run_post_tool(post_ctx("result", tool="echo"))
     assert res.modified_result is None
@@ -471,7 +471,7 @@ def plugin_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[C
 
 
 HOOKS_SOURCE = """
-    from shared.hooks import Hook, HookPoint, HookRegistry, HookResult
+    from reactq.shared.hooks import Hook, HookPoint, HookRegistry, HookResult
 
     async def _tag(ctx):
         return HookResult(side_effects=["tagged"])
@@ -497,7 +497,7 @@ def test_load_hooks_accepts_a_hook_a_list_a_registry_and_factories(
     assert [h.name for h in load_hooks(f"{mod}:HOOKS")] == ["tag", "audit"]
     assert [h.name for h in load_hooks(f"{mod}:REGISTRY")] == ["audit"]
     assert [h.name for h in load_hooks(f"{mod}:make_hooks")] == ["tag"]
-    combined = load_hooks(f"{mod}:TAG, shared.builtin_hooks:read_only_mode")
+    combined = load_hooks(f"{mod}:TAG, reactq.shared.builtin_hooks:read_only_mode")
     assert [h.name for h in combined] == ["tag", "read_only_mode"]
     assert len(load_hooks("")) == 0
 
@@ -509,7 +509,7 @@ def test_load_hooks_accepts_a_hook_a_list_a_registry_and_factories(
         ("reactq_missing_hooks_xyz:HOOKS", "cannot import module"),
         ("{mod}:nope", "has no attribute 'nope'"),
         ("{mod}:NOT_A_HOOK", "is of type str; expected Hook, a list of Hooks, HookRegistry"),
-        ("shared.builtin_hooks:deny_tools", "needs arguments ['names']"),
+        ("reactq.shared.builtin_hooks:deny_tools", "needs arguments ['names']"),
         ("{mod}:_tag", "needs arguments ['ctx']"),
     ],
 )

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shared.engine.jsonx import extract_json, md5_args
+from reactq.shared.engine.jsonx import extract_json, md5_args
 
 
 def test_pure_json_object_is_parsed() -> None:

@@ -21,6 +21,21 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
+def _top(name: str) -> str:
+    """The project's layer an import names: ``reactq.shared.x`` → ``shared``."""
+    parts = name.split(".")
+    return parts[1] if parts[0] == "reactq" and len(parts) > 1 else parts[0]
+
+
+def test_nothing_imports_the_folders_by_their_bare_names():
+    """Installed, the folders are ``reactq.shared`` etc.; a bare ``shared`` import would only
+    work from a checkout (and would shadow an application's own package)."""
+    for folder in ("shared", "workers", "dispatcher", "reactq", "tests", "bench"):
+        for path in (ROOT / folder).rglob("*.py"):
+            bad = {n for n in _imports(path) if n.split(".")[0] in {"shared", "workers", "dispatcher"}}
+            assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
 def test_the_engine_imports_no_io_library():
     for path in (ROOT / "shared" / "engine").glob("*.py"):
         bad = {n for n in _imports(path) if n.split(".")[0] in IO_LIBRARIES}
@@ -29,20 +44,20 @@ def test_the_engine_imports_no_io_library():
 
 def test_shared_never_imports_the_shells():
     for path in (ROOT / "shared").rglob("*.py"):
-        bad = {n for n in _imports(path) if n.split(".")[0] in {"workers", "dispatcher"}}
+        bad = {n for n in _imports(path) if _top(n) in {"workers", "dispatcher"}}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_the_dispatcher_uses_workers_only_for_names_and_configuration():
-    allowed = {"workers.config"}
+    allowed = {"reactq.workers.config"}
     for path in (ROOT / "dispatcher").rglob("*.py"):
-        bad = {n for n in _imports(path) if n.startswith("workers") and n not in allowed}
+        bad = {n for n in _imports(path) if _top(n) == "workers" and n not in allowed}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
 def test_celery_accepts_json_only():
-    from shared.settings import Settings
-    from workers.config import celery_config
+    from reactq.shared.settings import Settings
+    from reactq.workers.config import celery_config
 
     conf = celery_config(Settings(redis_url="redis://127.0.0.1:1/0"))
     assert conf["accept_content"] == ["json"]

@@ -14,11 +14,11 @@ from typing import Any
 import openai
 import pytest
 
-from shared.errors import ConfigError, LLMError, StreamIncomplete
-from shared.llm import base as llm_base
-from shared.llm.base import LLM
-from shared.llm.openai import OpenAILLM, ToolCallAssembler, is_loopback_url, to_openai_message
-from shared.models import ChatMessage, StreamChunk, ToolCallRequest
+from reactq.shared.errors import ConfigError, LLMError, StreamIncomplete
+from reactq.shared.llm import base as llm_base
+from reactq.shared.llm.base import LLM
+from reactq.shared.llm.openai import OpenAILLM, ToolCallAssembler, is_loopback_url, to_openai_message
+from reactq.shared.models import ChatMessage, StreamChunk, ToolCallRequest
 from tests.scripted_server import (
     DEFAULT_SYNTHESIS_TEXT,
     Reply,

@@ -7,19 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from shared.errors import ConfigError
-from shared.llm import base as llm_base
-from shared.llm.openai import OpenAILLM
-from shared.llm.registry import (
+from reactq.shared.errors import ConfigError
+from reactq.shared.llm import base as llm_base
+from reactq.shared.llm.openai import OpenAILLM
+from reactq.shared.llm.registry import (
     DEFAULT_ROLES,
     ModelRegistry,
     ModelSpec,
     load_model_specs,
     load_registry,
 )
-from shared.llm.testing import ScriptedLLM
-from shared.models import ChatMessage
-from shared.settings import Settings
+from reactq.shared.llm.testing import ScriptedLLM
+from reactq.shared.models import ChatMessage
+from reactq.shared.settings import Settings
 from tests.scripted_server import ScriptedServer, SequenceHandler, reply_text
 
 SECRET = "sk-registry-secret-987"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from shared.errors import RequestError
-from shared.requests import DagRequest, RunRequest, check_run_request
+from reactq.shared.errors import RequestError
+from reactq.shared.requests import DagRequest, RunRequest, check_run_request
 
 
 def _error(**fields) -> str:

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from shared.engine.selection import (
+from reactq.shared.engine.selection import (
     SELECTION_SCHEMA,
     compact_catalog,
     keyword_select,
     needs_selection,
     select_tools,
 )
-from shared.llm.testing import ScriptedLLM, text, tool_calls
-from shared.tools.base import Tool, ToolRegistry
+from reactq.shared.llm.testing import ScriptedLLM, text, tool_calls
+from reactq.shared.tools.base import Tool, ToolRegistry
 
 
 class NoArgs(BaseModel):
@@ -176,7 +176,7 @@ async def test_unexpected_errors_fall_back_to_the_full_registry(
     async def broken(*args: Any, **kwargs: Any) -> Any:
         raise KeyError("bug")
 
-    monkeypatch.setattr("shared.engine.selection.structured_llm_call", broken)
+    monkeypatch.setattr("reactq.shared.engine.selection.structured_llm_call", broken)
     llm = ScriptedLLM([])
     assert await select_tools(llm, "test query", thirteen_tools()) is None
 

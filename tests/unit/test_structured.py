@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from shared.engine.structured import REFORMAT_PROMPT, structured_llm_call
-from shared.errors import StructuredOutputError
-from shared.llm.testing import ScriptedLLM, text, tool_calls
-from shared.models import ChatMessage
+from reactq.shared.engine.structured import REFORMAT_PROMPT, structured_llm_call
+from reactq.shared.errors import StructuredOutputError
+from reactq.shared.llm.testing import ScriptedLLM, text, tool_calls
+from reactq.shared.models import ChatMessage
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

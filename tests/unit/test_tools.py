@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel, Field
 
-from shared.errors import ConfigError, ToolError, ToolNotFound
-from shared.models import ToolResult
-from shared.settings import Settings
-from shared.tools.base import Tool, ToolArgumentsError, ToolRegistry, tool
-from shared.tools.builtins import (
+from reactq.shared.errors import ConfigError, ToolError, ToolNotFound
+from reactq.shared.models import ToolResult
+from reactq.shared.settings import Settings
+from reactq.shared.tools.base import Tool, ToolArgumentsError, ToolRegistry, tool
+from reactq.shared.tools.builtins import (
     BUILTIN_TOOLS,
     add,
     builtin_registry,
@@ -35,7 +35,7 @@ from shared.tools.builtins import (
     sleep,
     text_stats,
 )
-from shared.tools.loader import default_registry, load_tools
+from reactq.shared.tools.loader import default_registry, load_tools
 
 
 async def calc(expression: str) -> str | ToolResult:
@@ -450,7 +450,7 @@ def plugin_module(
 
 TOOLS_SOURCE = """
     from pydantic import BaseModel, Field
-    from shared.tools.base import Tool, ToolRegistry, tool
+    from reactq.shared.tools.base import Tool, ToolRegistry, tool
 
     @tool()
     def shout(text: str) -> str:

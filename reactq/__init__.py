@@ -1,0 +1,45 @@
+"""reactq: ReAct agents as durable, distributed jobs on Celery and Redis.
+
+``import reactq`` is the one import a user needs::
+
+    import reactq
+
+    @reactq.tool("word_count")
+    def word_count(text: str) -> int:
+        return len(text.split())
+
+The repository's folders ``shared/``, ``workers/`` and ``dispatcher/`` are installed as the
+subpackages ``reactq.shared``, ``reactq.workers`` and ``reactq.dispatcher`` (see ``setup.py``),
+so installing reactq puts no generic top-level name on anyone's ``sys.path``.
+"""
+
+from __future__ import annotations
+
+from reactq.dispatcher.client import Dispatcher, RunHandle
+from reactq.shared.errors import (
+    ConfigError,
+    LLMError,
+    ReactqError,
+    RequestError,
+    RunNotFound,
+    StateConflict,
+    StreamIncomplete,
+    StructuredOutputError,
+    ToolError,
+    ToolNotFound,
+)
+from reactq.shared.hooks import Hook, HookContext, HookPoint, HookRegistry, HookResult
+from reactq.shared.inprocess import run_local
+from reactq.shared.requests import DagRequest, RunRequest
+from reactq.shared.tools.base import Tool, ToolRegistry, tool
+
+__all__ = [
+    # tools and hooks: what a plugin author writes
+    "tool", "Tool", "ToolRegistry",
+    "Hook", "HookContext", "HookPoint", "HookRegistry", "HookResult",
+    # running agents
+    "RunRequest", "DagRequest", "Dispatcher", "RunHandle", "run_local",
+    # errors: one root
+    "ReactqError", "ConfigError", "RequestError", "LLMError", "StreamIncomplete",
+    "StructuredOutputError", "ToolError", "ToolNotFound", "RunNotFound", "StateConflict",
+]
