@@ -7,6 +7,8 @@ Everything else is in ``pyproject.toml``; only this mapping needs code (a packag
 follows new subpackages without being edited).
 """
 
+import os
+
 from setuptools import find_packages, setup
 
 FOLDERS = ("shared", "workers", "dispatcher")
@@ -18,4 +20,18 @@ for folder in FOLDERS:
         packages.append(f"reactq.{pkg}")
         package_dir[f"reactq.{pkg}"] = pkg.replace(".", "/")
 
-setup(packages=packages, package_dir=package_dir)
+
+
+def data_files(pkg_dir: str) -> list[str]:
+    """Files in a package's plain (non-package) subfolders: samples, the viewer's static files."""
+    found = []
+    for sub, dirs, files in os.walk(pkg_dir):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        if sub != pkg_dir and "__init__.py" not in files:
+            found += [os.path.relpath(os.path.join(sub, f), pkg_dir) for f in files]
+    return found
+
+
+package_data = {pkg: data_files(path) for pkg, path in package_dir.items()}
+setup(packages=packages, package_dir=package_dir,
+      package_data={pkg: files for pkg, files in package_data.items() if files})
