@@ -30,7 +30,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from reactq.shared.errors import ConfigError, RequestError
+from reactq.shared.errors import ConfigError, RequestError, UsageError
 from reactq.shared.requests import DagRequest
 from reactq.shared.settings import Settings
 
@@ -39,10 +39,6 @@ __all__ = ["UsageError", "dag", "load_request", "steps_table"]
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _STATUS_STYLE = {"pending": "dim", "running": "yellow", "completed": "green", "failed": "red",
                  "skipped": "magenta"}
-
-
-class UsageError(Exception):
-    """The command line or the plan file is unusable (exit 2)."""
 
 
 def load_request(plan: Path | None, goal: str | None, *, model: str | None = None,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from reactq.shared.redisconn import redis_url, stop_embedded
 from reactq.shared.settings import Settings
+from reactq.shared.errors import LocalServiceError
 
 PID_FILE = "workers.json"
 
@@ -57,7 +58,7 @@ def ensure_workers(settings: Settings, *, count: int = 1, concurrency: int = 8,
         if d.celery.control.ping(timeout=0.5, limit=1):
             return pids
         time.sleep(0.2)
-    raise RuntimeError(f"local workers did not start within {timeout}s; see {settings.data_dir}/worker-*.log")
+    raise LocalServiceError(f"local workers did not start within {timeout}s; see {settings.data_dir}/worker-*.log")
 
 
 def _record(data_dir: Path, pids: list[int]) -> None:

@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
+from reactq.shared.errors import ConfigError
 
 __all__ = [
     "CONNECTOR_TOOLS",
@@ -123,7 +124,7 @@ def make_rate_limiter(
 ) -> Hook:
     """A PRE hook allowing at most ``max_calls`` per tool per ``window_seconds`` (S36f)."""
     if max_calls < 1 or window_seconds <= 0:
-        raise ValueError("max_calls must be >= 1 and window_seconds > 0")
+        raise ConfigError("rate_limiter: max_calls must be >= 1 and window_seconds > 0")
     limiter = _SlidingWindow(max_calls, window_seconds, clock)
     return Hook(
         name="rate_limiter",

@@ -9,7 +9,9 @@
     ├── LLMError               the model endpoint failed after retries
     │   └── StreamIncomplete   a stream ended without its terminating chunk
     ├── RunNotFound            no run (or DAG) with that id
-    └── StateConflict          a redelivered step found the run already past it
+    ├── StateConflict          stored state cannot take this step (moved past it, or another version)
+    ├── UsageError             a command line that cannot work (exit 2), naming the option
+    └── LocalServiceError      a process reactq starts for you (local workers, model server) did not come up
 
 Every error pickles (Celery stores exceptions in its result backend).
 """
@@ -61,4 +63,13 @@ class RunNotFound(ReactqError):
 
 
 class StateConflict(ReactqError):
-    """A step was applied to a run that has already moved past it."""
+    """Stored state cannot take this step: the run moved past it, or it was written by a
+    version of reactq this one cannot read."""
+
+
+class UsageError(ReactqError):
+    """A command line that cannot work: the CLI prints the message and exits 2."""
+
+
+class LocalServiceError(ReactqError):
+    """A process reactq starts on the user's behalf did not come up; the message names its log."""

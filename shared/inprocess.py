@@ -17,6 +17,7 @@ from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.events import Event, EventSink, ListSink
 from reactq.shared.llm.base import ability
 from reactq.shared.requests import RunRequest
+from reactq.shared.errors import StateConflict
 
 
 class InterruptQueue:
@@ -81,7 +82,7 @@ async def advance(state: RunState, deps: EngineDeps, io: steps.StepIO) -> list[E
         raise
     except Exception as exc:
         return loop.fail(state, exc, now=deps.clock())
-    raise RuntimeError(f"run {state.run_id} has nothing to do in phase {state.phase!r}")
+    raise StateConflict(f"run {state.run_id} has nothing to do in phase {state.phase!r}")
 
 
 async def run_local(

@@ -9,6 +9,7 @@ model has falls back to the registry's default, as ``ModelRegistry.resolve`` doe
 from __future__ import annotations
 
 from reactq.shared.llm.registry import ModelRegistry
+from reactq.shared.errors import ConfigError
 
 __all__ = ["default_name", "name_for_role"]
 
@@ -26,7 +27,7 @@ def default_name(registry: ModelRegistry) -> str:
     """``get_default()``'s name: the first ``general`` model, else the first registered."""
     names = registry.list_models()
     if not names:
-        raise RuntimeError("Model registry is empty")
+        raise ConfigError("Model registry is empty: add a [models.NAME] entry to REACTQ_MODELS or set REACTQ_MODEL")
     for name in names:
         if "general" in registry.roles_of(name):
             return name

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 from reactq.shared.models import Usage
 
 from .models import AnalysisResult
+from reactq.shared.errors import StateConflict
 
 SCHEMA_VERSION = 1
 
@@ -113,5 +114,5 @@ def dump_dag(state: DagState) -> str:
 def load_dag(raw: str | bytes) -> DagState:
     state = _ADAPTER.validate_json(raw)
     if state.schema_version != SCHEMA_VERSION:
-        raise ValueError(f"unknown DAG state schema version {state.schema_version}")
+        raise StateConflict(f"unknown DAG state schema version {state.schema_version}")
     return state

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, TypeAdapter
 
 from reactq.shared.models import Artifact, ChatMessage, ToolCallRequest, Usage
+from reactq.shared.errors import StateConflict
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SUMMARIES = {1: "first persisted shape"}
@@ -121,7 +122,7 @@ def dump_state(state: RunState) -> str:
 def load_state(raw: str | bytes) -> RunState:
     state = _ADAPTER.validate_json(raw)
     if state.schema_version != SCHEMA_VERSION:
-        raise ValueError(
+        raise StateConflict(
             f"run state schema version {state.schema_version} is not supported "
             f"(this reactq reads version {SCHEMA_VERSION})"
         )

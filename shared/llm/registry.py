@@ -108,7 +108,7 @@ class ModelRegistry:
                  spec: ModelSpec | None = None) -> None:
         """Add a model. A name already registered ⇒ ``ValueError``."""
         if name in self._models:
-            raise ValueError(f"Model '{name}' is already registered")
+            raise ConfigError(f"Model '{name}' is already registered")
         self._models[name] = llm
         self._roles[name] = list(roles or [])
         if spec is not None:
@@ -131,7 +131,7 @@ class ModelRegistry:
     def get_default(self) -> LLM:
         """The first ``general`` model, else the first registered; empty ⇒ ``RuntimeError``."""
         if not self._models:
-            raise RuntimeError("Model registry is empty")
+            raise ConfigError("Model registry is empty: add a [models.NAME] entry to REACTQ_MODELS or set REACTQ_MODEL")
         try:
             return self.get_by_role("general")
         except KeyError:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from reactq.shared.errors import ToolError, ToolNotFound
+from reactq.shared.errors import ConfigError, ToolError, ToolNotFound
 from reactq.shared.models import ToolResult
 
 
@@ -115,7 +115,7 @@ class ToolRegistry:
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
-            raise ValueError(f"Tool '{tool.name}' is already registered")
+            raise ConfigError(f"Tool '{tool.name}' is already registered")
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool:

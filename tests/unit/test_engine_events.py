@@ -24,6 +24,7 @@ from engine_kit import (
     run,
     stub_tools,
 )
+from reactq.shared.errors import StateConflict
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.state import dump_state, load_state
 from reactq.shared.events import CHANNELS, ListSink
@@ -352,5 +353,5 @@ def test_load_state_refuses_an_unknown_schema_version() -> None:
     from reactq.shared.engine.state import RunState
 
     raw = dump_state(RunState(run_id="r", query="q", model="m", mode="json", max_iterations=3))
-    with pytest.raises(ValueError, match="schema version"):
+    with pytest.raises(StateConflict, match="schema version"):
         load_state(raw.replace('"schema_version":1', '"schema_version":999'))

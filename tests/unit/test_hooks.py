@@ -380,9 +380,9 @@ async def test_rate_limiter_ignores_tools_without_a_double_underscore() -> None:
 
 def test_rate_limiter_refuses_nonsense_limits() -> None:
     """S36f: max_calls >= 1 and a positive window."""
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         make_rate_limiter(max_calls=0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         make_rate_limiter(window_seconds=0)
 
 

@@ -65,9 +65,9 @@ def test_default_without_general_is_first_registered() -> None:
 
 def test_empty_registry() -> None:
     reg = ModelRegistry()
-    with pytest.raises(RuntimeError, match="empty"):
+    with pytest.raises(ConfigError, match="empty"):
         reg.get_default()
-    with pytest.raises(RuntimeError, match="empty"):
+    with pytest.raises(ConfigError, match="empty"):
         reg.resolve("fast")
     assert len(reg) == 0 and reg.list_models() == []
 
@@ -78,7 +78,7 @@ def test_register_get_list_len_contains() -> None:
     reg.register("zeta", m1, roles=["general"])
     reg.register("alpha", m2)
     reg.register("mid", m3, roles=("fast", "reasoning"))
-    with pytest.raises(ValueError, match="zeta"):
+    with pytest.raises(ConfigError, match="zeta"):
         reg.register("zeta", fake("again"))
     assert reg.get("alpha") is m2
     with pytest.raises(KeyError):

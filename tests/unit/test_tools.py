@@ -397,7 +397,7 @@ def test_the_registry_keeps_registration_order_and_refuses_duplicates() -> None:
     assert reg.names() == ["add", "echo", "calculator"]
     assert [t.name for t in reg] == ["add", "echo", "calculator"]
     assert len(reg) == 3 and "echo" in reg and "nope" not in reg
-    with pytest.raises(ValueError, match="'echo' is already registered"):
+    with pytest.raises(ConfigError, match="'echo' is already registered"):
         reg.register(echo)
 
 
