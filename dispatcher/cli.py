@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import redis.exceptions
 import typer
 from pydantic import ValidationError
+from reactq.shared.errors import ConfigError, LocalServiceError, RequestError, RunNotFound
+from reactq.shared.settings import Settings
 from rich.console import Console
 from rich.table import Table
-
-from reactq.shared.errors import ConfigError, RequestError, RunNotFound
-from reactq.shared.settings import Settings
 
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle
@@ -153,23 +152,13 @@ def ask_what_to_do(handle: RunHandle) -> None:
     err.print(f"\nrun {handle.run_id} left running; watch it with: [bold]{watch}[/]")
 
 
-def workers_answering(d: Dispatcher) -> bool:
-    # limit=1: return on the first reply instead of waiting out the whole timeout.
-    replies = d.celery.control.ping(timeout=1.0, limit=1) or []
-    return bool(replies)
-
-
 def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
     """No worker answers ⇒ start one here (the embedded default: works on a fresh machine)."""
-    if workers_answering(d):
-        return
-    from reactq.dispatcher.local import ensure_workers
+    from reactq.dispatcher.local import ensure_local_workers as ensure
 
-    err.print(f"[dim]no worker is running: starting a local one (log: {s.data_dir}/worker-0.log; "
-              f"stop it with `reactq down`)[/]")
     try:
-        ensure_workers(s, ping=False)
-    except RuntimeError as exc:
+        ensure(s, d.celery, err)
+    except LocalServiceError as exc:
         fail(str(exc), EXIT_FAILED)
 
 

@@ -24,15 +24,14 @@ from typing import Any, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
+from reactq.shared.errors import ConfigError, LocalServiceError, RequestError, UsageError
+from reactq.shared.requests import DagRequest
+from reactq.shared.settings import Settings
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-
-from reactq.shared.errors import ConfigError, RequestError, UsageError
-from reactq.shared.requests import DagRequest
-from reactq.shared.settings import Settings
 
 __all__ = ["UsageError", "dag", "load_request", "steps_table"]
 
@@ -179,11 +178,13 @@ def dag(
 
 def _ensure_workers(settings: Settings, dags: Any) -> None:
     """The embedded default has no workers yet: start one, as ``reactq run`` does."""
+    from reactq.dispatcher.local import ensure_local_workers
+
     try:
-        from reactq.dispatcher.cli import ensure_local_workers
-    except ImportError:  # the CLI module is optional for this command
-        return
-    ensure_local_workers(settings, dags.runs)
+        ensure_local_workers(settings, dags.runs.celery, Console(stderr=True))
+    except LocalServiceError as exc:
+        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}")
+        raise typer.Exit(1) from exc
 
 
 def _interrupted(handle: Any, err: Console) -> None:

@@ -14,10 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from reactq.shared.errors import LocalServiceError
 from reactq.shared.redisconn import redis_url, stop_embedded
 from reactq.shared.settings import Settings
-from reactq.shared.errors import LocalServiceError
 
 PID_FILE = "workers.json"
 
@@ -82,3 +83,19 @@ def stop_workers(settings: Settings, *, embedded: bool = True) -> int:
     if embedded and not settings.redis_url:
         stop_embedded(settings.data_dir)
     return stopped
+
+
+def workers_answering(celery: Any) -> bool:
+    """Does any worker answer a ping? ``limit=1`` returns on the first reply."""
+    return bool(celery.control.ping(timeout=1.0, limit=1) or [])
+
+
+def ensure_local_workers(settings: Settings, celery: Any, console: Any) -> None:
+    """No worker answers ⇒ start one here (the embedded default: works on a fresh machine).
+
+    Raises :class:`LocalServiceError` when it does not come up."""
+    if workers_answering(celery):
+        return
+    console.print(f"[dim]no worker is running: starting a local one (log: {settings.data_dir}/worker-0.log; "
+                  f"stop it with `reactq down`)[/]")
+    ensure_workers(settings, ping=False)

@@ -36,8 +36,8 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
-from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
 from reactq.shared.errors import ConfigError
+from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
 
 __all__ = [
     "CONNECTOR_TOOLS",

@@ -71,5 +71,5 @@ class UsageError(ReactqError):
     """A command line that cannot work: the CLI prints the message and exits 2."""
 
 
-class LocalServiceError(ReactqError):
+class LocalServiceError(ReactqError, RuntimeError):
     """A process reactq starts on the user's behalf did not come up; the message names its log."""

@@ -14,10 +14,10 @@ import uuid
 from reactq.shared.engine import loop, steps
 from reactq.shared.engine.state import Interrupt, RunState
 from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.errors import StateConflict
 from reactq.shared.events import Event, EventSink, ListSink
 from reactq.shared.llm.base import ability
 from reactq.shared.requests import RunRequest
-from reactq.shared.errors import StateConflict
 
 
 class InterruptQueue:

@@ -8,8 +8,8 @@ model has falls back to the registry's default, as ``ModelRegistry.resolve`` doe
 
 from __future__ import annotations
 
-from reactq.shared.llm.registry import ModelRegistry
 from reactq.shared.errors import ConfigError
+from reactq.shared.llm.registry import ModelRegistry
 
 __all__ = ["default_name", "name_for_role"]
 

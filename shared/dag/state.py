@@ -10,11 +10,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
-
+from reactq.shared.errors import StateConflict
 from reactq.shared.models import Usage
 
 from .models import AnalysisResult
-from reactq.shared.errors import StateConflict
 
 SCHEMA_VERSION = 1
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
-
-from reactq.shared.models import Artifact, ChatMessage, ToolCallRequest, Usage
 from reactq.shared.errors import StateConflict
+from reactq.shared.models import Artifact, ChatMessage, ToolCallRequest, Usage
 
 SCHEMA_VERSION = 1
 SCHEMA_VERSION_SUMMARIES = {1: "first persisted shape"}

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from engine_kit import (
     JSON,
     MODES,
@@ -24,9 +23,9 @@ from engine_kit import (
     run,
     stub_tools,
 )
-from reactq.shared.errors import StateConflict
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.state import dump_state, load_state
+from reactq.shared.errors import StateConflict
 from reactq.shared.events import CHANNELS, ListSink
 from reactq.shared.inprocess import InterruptQueue, advance, new_state, run_local
 from reactq.shared.llm.testing import FunctionLLM, ScriptedLLM, final, text, tool_calls, tool_json
