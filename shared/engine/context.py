@@ -11,6 +11,7 @@ eat more than half the budget (S71).
 from __future__ import annotations
 
 import json
+import weakref
 import logging
 import re
 from collections.abc import Sequence
@@ -272,11 +273,27 @@ def _content_tokens(content: str | list[dict[str, Any]] | None) -> int:
 
 
 def _message_tokens(message: ChatMessage) -> int:
-    """One message's estimate. Tool-call arguments count: they are sent too."""
+    """One message's estimate. Tool-call arguments count: they are sent too.
+
+    Remembered per message object, with the very objects it was computed from (compared by
+    identity and held, so an identity cannot be reused): history is append-only, so each
+    message is estimated once rather than once per turn, and a message whose content is
+    replaced (truncation, compaction) is estimated again. The entry goes with the message.
+    """
+    key = id(message)
+    entry = _TOKENS.get(key)
+    if entry is not None and entry[0] is message.content and entry[1] is message.tool_calls:
+        return entry[2]
     tokens = MESSAGE_OVERHEAD + _content_tokens(message.content)
     for call in message.tool_calls or ():
         tokens += estimate_tokens(call.name + json.dumps(call.arguments, ensure_ascii=False))
+    ref = entry[3] if entry is not None else weakref.ref(message, lambda _, k=key: _TOKENS.pop(k, None))
+    _TOKENS[key] = (message.content, message.tool_calls, tokens, ref)
     return tokens
+
+
+# id(message) → (content, tool_calls, tokens, weakref to the message); see _message_tokens.
+_TOKENS: dict[int, tuple[Any, Any, int, weakref.ref[ChatMessage]]] = {}
 
 
 def _always_kept(message: ChatMessage) -> bool:
