@@ -23,12 +23,16 @@ for folder in FOLDERS:
 
 
 def data_files(pkg_dir: str) -> list[str]:
-    """Files in a package's plain (non-package) subfolders: samples, the viewer's static files."""
+    """A package's files that are not Python: samples, the viewer's static files. Subfolders
+    that are packages themselves are left to their own entry."""
     found = []
     for sub, dirs, files in os.walk(pkg_dir):
+        if sub != pkg_dir and "__init__.py" in files:
+            dirs[:] = []
+            continue
         dirs[:] = [d for d in dirs if d != "__pycache__"]
-        if sub != pkg_dir and "__init__.py" not in files:
-            found += [os.path.relpath(os.path.join(sub, f), pkg_dir) for f in files]
+        found += [os.path.relpath(os.path.join(sub, f), pkg_dir) for f in files
+                  if not f.endswith((".py", ".pyc"))]
     return found
 
 

@@ -40,6 +40,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert "reactq/workers/app.py" in names
     assert "reactq/dispatcher/cli.py" in names
     assert "reactq/dispatcher/samples/questions.jsonl" in names
+    assert not [n for n in names if n.endswith(".pyc")]
 
 
 def test_an_application_with_its_own_shared_and_workers_imports_both(wheel: Path, tmp_path: Path) -> None:
