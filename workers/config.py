@@ -9,6 +9,9 @@ from kombu import Queue
 
 from reactq.shared.redisconn import broker_url
 from reactq.shared.settings import Settings
+from reactq.workers import transport
+
+transport.install()  # one redis client per broker channel, not one per publish (see transport.py)
 
 RUNS_QUEUE = "reactq.runs"
 TOOLS_QUEUE = "reactq.tools"
