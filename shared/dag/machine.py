@@ -7,15 +7,15 @@ Saving first is what makes advancing atomic and idempotent: an effect exists onl
 state change has won the compare-and-set, and child run ids are chosen before saving, so a
 redelivered task recreates the same run ids instead of new ones.
 
+The types it returns and the `done` payload live in ``effects``.
+
 Round flow: planning → executing → analyzing → (replanning → planning …) → synthesizing
 → done. ``decide`` is S92's round decision.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from reactq.shared.events import Event
@@ -23,7 +23,21 @@ from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest, RunRequest
 
 from . import prompts as P
-from .config import DagConfig
+from .effects import (
+    TASK_ADVANCE,
+    TASK_ANALYZE,
+    TASK_ANSWER,
+    TASK_PLAN,
+    CancelRun,
+    Effect,
+    Env,
+    Send,
+    StartRun,
+    Transition,
+    conclude,
+    emit,
+    result_of,
+)
 from .models import AnalysisResult, ExecutionPlan
 from .query import build_step_query, fallback_answer
 from .state import FINISHED_STEP, DagState, RoundRecord, StepState
@@ -33,67 +47,6 @@ __all__ = ["CancelRun", "Decision", "Effect", "Env", "Send", "StartRun", "Transi
            "conclude", "decide", "emit", "fail", "forward_progress", "new_dag", "result_of",
            "schedule", "start_planning", "TASK_ADVANCE", "TASK_ANALYZE", "TASK_ANSWER",
            "TASK_PLAN"]
-
-TASK_PLAN = "reactq.dag.plan"
-TASK_ANALYZE = "reactq.dag.analyze"
-TASK_ANSWER = "reactq.dag.answer"
-TASK_ADVANCE = "reactq.dag.advance"
-
-
-@dataclass(frozen=True)
-class StartRun:
-    """Create child run ``run_id`` (unless it exists) and enqueue its first step."""
-
-    step_id: str
-    run_id: str
-    request: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CancelRun:
-    """Raise the cancel flag of a child run and nudge it so that it stops now."""
-
-    run_id: str
-
-
-@dataclass(frozen=True)
-class Send:
-    """Enqueue a DAG task (by name) after the save."""
-
-    task: str
-    args: list[Any]
-    countdown: float | None = None
-
-
-Effect = StartRun | CancelRun | Send
-
-
-@dataclass
-class Transition:
-    events: list[Event] = field(default_factory=list)
-    effects: list[Effect] = field(default_factory=list)
-
-    def __iadd__(self, other: Transition) -> Transition:
-        self.events += other.events
-        self.effects += other.effects
-        return self
-
-
-@dataclass(frozen=True)
-class Env:
-    """What transitions need from outside: settings, the clock, model routing, id making."""
-
-    config: DagConfig
-    now: float
-    model_for: Callable[[str | None], str]
-    """A ``model_hint`` (None = general) → the registry name of the step's model."""
-    new_id: Callable[[], str] = lambda: uuid.uuid4().hex
-
-
-def emit(state: DagState, channel: str, **data: Any) -> Event:
-    state.seq += 1
-    return Event(channel, {"seq": state.seq, **data})
-
 
 def new_dag(dag_id: str, request: DagRequest, *, model: str, now: float) -> DagState:
     """A fresh DAG in round 1, phase planning; ``model`` is the smart model's name."""
@@ -181,7 +134,7 @@ def forward_progress(state: DagState, step: StepState, entries: Sequence[tuple[s
         data = event.data
         if event.channel != "step" or data.get("type") != "iteration":
             continue
-        extra = {k: data[k] for k in ("iteration", "status", "tool_name", "tool_call_id",
+        extra: dict[str, Any] = {k: data[k] for k in ("iteration", "status", "tool_name", "tool_call_id",
                                       "tool_args", "error", "iter_elapsed") if k in data}
         if isinstance(data.get("observation"), str):
             extra["observation"] = data["observation"][:cut]
@@ -394,31 +347,3 @@ def fail(state: DagState, message: str, env: Env, *, kind: str = "pipeline_error
     t.events.append(emit(state, "error", message=message, kind=kind))
     t.events += conclude(state, message, env, status="failed")
     return t
-
-
-def conclude(state: DagState, answer: str, env: Env, *, status: str | None = None,
-             pending: list[str] | None = None) -> list[Event]:
-    """The last event: ``done`` with the answer and the DAG's totals."""
-    state.answer = answer
-    state.phase = "done"
-    state.ended_at = env.now
-    state.tick_due = 0.0
-    if status is None:
-        achieved = state.analysis is not None and state.analysis.achieved
-        worked = any(s.status == "completed" for s in state.steps)
-        status = "succeeded" if achieved or worked else "failed"
-    state.status = status  # type: ignore[assignment]
-    data = result_of(state)
-    if pending:
-        data["pending_injections"] = pending
-    return [emit(state, "done", **data)]
-
-
-def result_of(state: DagState) -> dict[str, Any]:
-    """The ``done`` payload, also stored as the DAG's ``result``."""
-    analysis = state.analysis or AnalysisResult()
-    return {"answer": state.answer or "", "achieved": analysis.achieved,
-            "confidence": analysis.confidence, "rounds": state.round,
-            "usage": state.usage.public(),
-            "elapsed": round((state.ended_at or state.started_at) - state.started_at, 3),
-            "status": state.status, "error": state.error}
