@@ -183,7 +183,7 @@ def run_in_process(req: RunRequest, s: Settings, as_json: bool) -> int:
     from reactq.dispatcher.render import RunRenderer
     from reactq.shared.engine.context import ContextGuard
     from reactq.shared.engine.steps import EngineDeps
-    from reactq.shared.hooks_loader import default_hooks
+    from reactq.shared.hooks.loader import default_hooks
     from reactq.shared.inprocess import run_local
     from reactq.shared.llm.registry import load_registry
     from reactq.shared.requests import check_run_request

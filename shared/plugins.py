@@ -3,7 +3,7 @@
 A spec is a comma-separated list of entries ``package.module:attr``; ``attr`` may be
 dotted (``mod:holder.tools``). Each entry resolves to an object which, when it is a
 zero-argument callable (a factory), is called once. What the object may be is up to the
-caller (:func:`reactq.shared.tools.loader.load_tools`, :func:`reactq.shared.hooks_loader.load_hooks`);
+caller (:func:`reactq.shared.tools.loader.load_tools`, :func:`reactq.shared.hooks.loader.load_hooks`);
 this module only imports, calls, and turns every failure into a
 :class:`~reactq.shared.errors.ConfigError` that names the setting, the entry and the reason.
 """

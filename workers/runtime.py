@@ -28,7 +28,7 @@ from reactq.shared.redisconn import redis_url
 from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.store import RunStore
 from reactq.shared.tools.base import ToolRegistry
-from reactq.shared.hooks_loader import default_hooks
+from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
 from reactq.workers.lease import Leases
 from reactq.workers.metrics import Recorder, metered_registry

@@ -17,7 +17,7 @@ tools (:mod:`reactq.shared.tools.builtins`) followed by the loaded ones. A loade
 name of a built-in **replaces** that built-in (a warning is logged), so a deployment can
 supply its own ``calculator``; two loaded tools with one name are an error.
 
-Hooks are loaded the same way by :mod:`reactq.shared.hooks_loader` (``REACTQ_HOOKS``).
+Hooks are loaded the same way by :mod:`reactq.shared.hooks.loader` (``REACTQ_HOOKS``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reactq.shared.builtin_hooks import (
+from reactq.shared.hooks.builtins import (
     builtin_hooks,
     connector_call_logger,
     deny_tools,
@@ -24,7 +24,7 @@ from reactq.shared.builtin_hooks import (
 )
 from reactq.shared.errors import ConfigError
 from reactq.shared.hooks import Handler, Hook, HookContext, HookPoint, HookRegistry, HookResult
-from reactq.shared.hooks_loader import default_hooks, load_hooks
+from reactq.shared.hooks.loader import default_hooks, load_hooks
 from reactq.shared.settings import Settings
 
 PRE, POST, START = HookPoint.PRE_TOOL_USE, HookPoint.POST_TOOL_USE, HookPoint.SESSION_START
@@ -392,7 +392,7 @@ async def test_connector_call_logger_logs_connector_calls_and_changes_nothing(
     """S36f: connector_call_logger (POST, priority 0) only observes."""
     assert (connector_call_logger.hook_point, connector_call_logger.priority) == (POST, 0)
     reg = HookRegistry([connector_call_logger])
-    with caplog.at_level(logging.INFO, logger="reactq.shared.builtin_hooks"):
+    with caplog.at_level(logging.INFO, logger="reactq.shared.hooks.builtins"):
         res = await reg.run_post_tool(post_ctx("result", tool="github__search"))
         await reg.run_post_tool(post_ctx("result", tool="echo"))
     assert res.modified_result is None
@@ -497,7 +497,7 @@ def test_load_hooks_accepts_a_hook_a_list_a_registry_and_factories(
     assert [h.name for h in load_hooks(f"{mod}:HOOKS")] == ["tag", "audit"]
     assert [h.name for h in load_hooks(f"{mod}:REGISTRY")] == ["audit"]
     assert [h.name for h in load_hooks(f"{mod}:make_hooks")] == ["tag"]
-    combined = load_hooks(f"{mod}:TAG, reactq.shared.builtin_hooks:read_only_mode")
+    combined = load_hooks(f"{mod}:TAG, reactq.shared.hooks.builtins:read_only_mode")
     assert [h.name for h in combined] == ["tag", "read_only_mode"]
     assert len(load_hooks("")) == 0
 
@@ -509,7 +509,7 @@ def test_load_hooks_accepts_a_hook_a_list_a_registry_and_factories(
         ("reactq_missing_hooks_xyz:HOOKS", "cannot import module"),
         ("{mod}:nope", "has no attribute 'nope'"),
         ("{mod}:NOT_A_HOOK", "is of type str; expected Hook, a list of Hooks, HookRegistry"),
-        ("reactq.shared.builtin_hooks:deny_tools", "needs arguments ['names']"),
+        ("reactq.shared.hooks.builtins:deny_tools", "needs arguments ['names']"),
         ("{mod}:_tag", "needs arguments ['ctx']"),
     ],
 )

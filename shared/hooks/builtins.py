@@ -13,7 +13,7 @@ hook                        point  priority  what it does
 ``result_truncator``, ``rate_limiter`` and ``connector_call_logger`` are module-level
 instances; ``make_result_truncator``, ``make_rate_limiter`` build fresh ones with other
 limits (and, for tests, another clock). :func:`builtin_hooks` returns fresh instances of
-the three S36f hooks — what :func:`reactq.shared.hooks_loader.default_hooks` registers.
+the three S36f hooks — what :func:`reactq.shared.hooks.loader.default_hooks` registers.
 
 The rate limiter's counters live in memory, so with Celery the limit holds **per worker
 process**, not across the cluster. Connector tools are the ones whose name contains
@@ -21,7 +21,7 @@ process**, not across the cluster. Connector tools are the ones whose name conta
 
 Example (``REACTQ_HOOKS="myapp.policy:HOOKS"``)::
 
-    from reactq.shared.builtin_hooks import deny_tools, read_only_mode
+    from reactq.shared.hooks.builtins import deny_tools, read_only_mode
     HOOKS = [deny_tools(["shell*", "github__delete_*"], reason="not in production"),
              read_only_mode()]
 """
@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from reactq.shared.errors import ConfigError
-from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
+from reactq.shared.hooks.base import Hook, HookContext, HookPoint, HookResult
 
 __all__ = [
     "CONNECTOR_TOOLS",

@@ -7,14 +7,14 @@
 * a list or tuple of ``Hook``\\ s,
 * a :class:`~reactq.shared.hooks.HookRegistry`, or
 * a zero-argument callable returning one of those (called once, at load time;
-  e.g. ``reactq.shared.builtin_hooks:read_only_mode``).
+  e.g. ``reactq.shared.hooks.builtins:read_only_mode``).
 
 Every problem is a :class:`~reactq.shared.errors.ConfigError` naming the entry and the reason.
 Hooks are loaded in the worker (DESIGN invariant 4): the gateway never imports them.
 
 :func:`default_hooks` is what workers use: fresh instances of the S36f built-ins
 (``result_truncator``, ``rate_limiter``, ``connector_call_logger``; see
-:mod:`reactq.shared.builtin_hooks`) followed by the loaded hooks. Pass ``builtins=False`` to
+:mod:`reactq.shared.hooks.builtins`) followed by the loaded hooks. Pass ``builtins=False`` to
 leave the built-ins out.
 """
 
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from reactq.shared.builtin_hooks import builtin_hooks
-from reactq.shared.hooks import Hook, HookRegistry
+from reactq.shared.hooks.builtins import builtin_hooks
+from reactq.shared.hooks.base import Hook, HookRegistry
 from reactq.shared.plugins import load_entries
 from reactq.shared.settings import Settings
 
