@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 
@@ -11,13 +12,15 @@ from reactq.shared.errors import ToolError
 from reactq.shared.tools.base import Tool, tool
 
 
-class SpinArgs(BaseModel):
-    n: int = Field(description="how many numbers to sum in one C-level call")
+class HoldArgs(BaseModel):
+    seconds: int = Field(description="how long to hold the GIL")
 
 
-def hold_gil(n: int) -> str:
-    """``sum(range(n))`` is one C call: it holds the GIL until it returns."""
-    return str(sum(range(n)))
+def hold_gil(seconds: int) -> str:
+    """libc ``sleep`` through ``ctypes.PyDLL`` (which keeps the GIL): one C call holding the
+    GIL, like a long C loop, without burning a CPU."""
+    ctypes.PyDLL(None).sleep(seconds)
+    return "held"
 
 
 def pid() -> str:
@@ -37,7 +40,7 @@ class NoArgs(BaseModel):
     pass
 
 
-hold = Tool(name="hold_gil", description="Holds the GIL.", args_model=SpinArgs, fn=hold_gil)
+hold = Tool(name="hold_gil", description="Holds the GIL.", args_model=HoldArgs, fn=hold_gil)
 whoami = Tool(name="whoami", description="Its pid.", args_model=NoArgs, fn=pid)
 refuser = Tool(name="refuser", description="Raises ToolError.", args_model=NoArgs, fn=refuse)
 crasher = Tool(name="crasher", description="Kills its own process.", args_model=NoArgs, fn=crash)
