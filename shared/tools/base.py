@@ -51,10 +51,11 @@ class Tool:
     inline: bool = False
     """Run a sync ``fn`` on the event loop instead of a thread: for quick, CPU-light tools,
     where a thread hop would cost more than the call (only with ``isolate=False``)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
     isolate: bool = True
     """Run calls in a tool-runner process (hard deadline; the GIL of the worker stays free).
-    Set False only for tools whose every call is bounded and quick."""
-    metadata: dict[str, Any] = field(default_factory=dict)
+    Set False only for tools whose every call is bounded and quick. Last, so that positional
+    construction written before it existed keeps working."""
 
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments, as sent to the LLM."""
