@@ -105,7 +105,12 @@ class Tool:
         if loc is not None:
             from reactq.shared.tools.isolation import pool
 
-            result = await asyncio.to_thread(pool().call, loc, kwargs, timeout, self.name)
+            token = object()
+            try:
+                result = await asyncio.to_thread(pool().call, loc, kwargs, timeout, self.name, token)
+            except asyncio.CancelledError:
+                pool().cancel(token)  # a cancelled run does not leave its tool running
+                raise
             return _normalize(result)
         if inspect.iscoroutinefunction(self.fn):
             coro = self.fn(**kwargs)

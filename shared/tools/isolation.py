@@ -22,6 +22,7 @@ import importlib
 import logging
 import os
 import select
+import signal
 import subprocess
 import sys
 import threading
@@ -110,14 +111,38 @@ class ToolProcessPool:
     def __init__(self, max_idle: int = 4) -> None:
         self.max_idle = max_idle
         self._idle: list[_Child] = []
+        self._running: dict[object, _Child] = {}
         self._lock = threading.Lock()
         # Children are started from one long-lived thread: PR_SET_PDEATHSIG fires when the
         # *thread* that started the child ends, and a worker's task threads may come and go.
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="reactq-toolrunner-spawn")
 
-    def call(self, loc: Locator, kwargs: dict[str, Any], timeout: float, name: str) -> Any:
-        """Run the call in a child; the result, or ToolError (its message is for the LLM)."""
+    def call(self, loc: Locator, kwargs: dict[str, Any], timeout: float, name: str,
+             token: object = None) -> Any:
+        """Run the call in a child; the result, or ToolError (its message is for the LLM).
+        ``cancel(token)`` from another thread stops it."""
         child = self._take()
+        with self._lock:
+            self._running[token] = child
+        try:
+            status, payload = self._exchange(child, loc, kwargs, timeout, name)
+        finally:
+            with self._lock:
+                self._running.pop(token, None)
+        self._give_back(child)  # only now: a late cancel() must not hit the next call
+        if status == "ok":
+            return payload
+        raise ToolError(payload)
+
+    def cancel(self, token: object) -> None:
+        """Stop the call started with ``token`` (its waiting thread sees the child die)."""
+        with self._lock:
+            child = self._running.get(token)
+            if child is not None and child.proc.returncode is None:
+                child.proc.send_signal(signal.SIGKILL)
+
+    def _exchange(self, child: _Child, loc: Locator, kwargs: dict[str, Any], timeout: float,
+                  name: str) -> tuple[str, Any]:
         deadline = time.monotonic() + timeout
         try:
             # sys.path rides along: a tool module may live on a path added after the spawn.
@@ -137,10 +162,7 @@ class ToolProcessPool:
         except BaseException:
             child.kill()  # e.g. KeyboardInterrupt: never reuse a child in an unknown state
             raise
-        self._give_back(child)
-        if status == "ok":
-            return payload
-        raise ToolError(payload)
+        return status, payload
 
     def prewarm(self, n: int = 1) -> None:
         """Start ``n`` idle children in the background (the first call then skips the start)."""

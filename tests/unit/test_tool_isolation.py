@@ -125,3 +125,17 @@ def test_the_pool_is_per_process() -> None:
 async def test_concurrent_calls_each_get_a_child() -> None:
     pids = await asyncio.gather(*(T.whoami.invoke({}) for _ in range(3)))
     assert os.getpid() not in {int(p) for p in pids}
+
+
+async def test_cancelling_the_caller_stops_the_tool_runner() -> None:
+    """A cancelled run does not leave its tool running until the deadline."""
+    task = asyncio.ensure_future(T.hold.invoke({"seconds": 30}, default_timeout=60))
+    await asyncio.sleep(0.2)
+    deadline = time.monotonic() + 20
+    while not pool()._running and time.monotonic() < deadline:  # the call reached its child
+        await asyncio.sleep(0.05)
+    (child,) = pool()._running.values()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert child.proc.wait(10) == -9, "killed at once, not after the 30 s hold"
