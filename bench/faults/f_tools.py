@@ -1,6 +1,7 @@
 """Fault module ``tools`` (issue 10, items 1–2): a GIL-holding tool, a kill -9 during it, a
-poison-pill call, a call past its deadline. Real workers (threads pool, the default 3 s
-lease), a real Redis-compatible server, the scripted LLM over HTTP.
+poison-pill call, a call past its deadline. Real workers (threads pool, or prefork with
+``REACTQ_FAULTS_POOL=prefork``; the default 3 s lease), a real Redis-compatible server, the
+scripted LLM over HTTP.
 
 Figures:
 
@@ -48,6 +49,7 @@ from tests.scripted_server import (
 
 ROOT = Path(__file__).resolve().parents[2]
 GIL_SECONDS = int(os.environ.get("REACTQ_FAULTS_GIL_SECONDS", "60"))
+POOL = os.environ.get("REACTQ_FAULTS_POOL", "threads")  # or prefork: the issue saw both
 POISON = ["round(1, -10**8)", "round(10**999, -10**6)", "round(1, -10**8) + 1",
           "max(round(2, -99999999), 1)"]
 
@@ -99,7 +101,7 @@ class _Rig:
         log = self.tmp / f"{name}.log"
         proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q",
-             "reactq.runs,reactq.tools", "--pool", "threads", "-c", "2", "-n", f"{name}@%h",
+             "reactq.runs,reactq.tools", "--pool", POOL, "-c", "2", "-n", f"{name}@%h",
              "--without-mingle", "--without-gossip", "-l", "INFO"],
             cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
         self.workers.append(proc)
@@ -173,7 +175,7 @@ def gil_hold(rig: _Rig) -> dict[str, Any]:
     h, _, t0 = rig.submit([reply_tool_calls([("g", "hold_gil", {"tag": tag, "seconds": GIL_SECONDS})]),
                            reply_text("held")])
     w = rig.watch(h, t0, GIL_SECONDS + 120)
-    return {"hold_s": GIL_SECONDS, "lease_s": Settings().lease_seconds,
+    return {"hold_s": GIL_SECONDS, "lease_s": Settings().lease_seconds, "pool": POOL,
             "executions": len(rig.records("reactq-test:toolruns", tag)),
             "starts": len(rig.records("reactq-test:toolstarts", tag)),
             "uncertain": w["uncertain"], "observation_s": w["done_at"].get("g"), "status": w["status"]}
