@@ -132,6 +132,7 @@ class Cluster:
             REACTQ_REDIS_URL=self.redis_url, OPENAI_BASE_URL=self.llm_url,
             OPENAI_API_KEY="bench-key", REACTQ_MODEL="scripted",
             REACTQ_TOOLS="bench.tools:TOOLS", PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+            REACTQ_DEMO_TOOLS="true",  # the scenarios call echo and sleep
         )
         env.update(extra)
         return env
@@ -186,7 +187,8 @@ class Cluster:
     # -- clients --------------------------------------------------------------
     def settings(self, **overrides: Any) -> Settings:
         return Settings(redis_url=self.redis_url, model="scripted", openai_base_url=self.llm_url,
-                        openai_api_key="bench-key", tools="bench.tools:TOOLS", **overrides)
+                        openai_api_key="bench-key", tools="bench.tools:TOOLS", demo_tools=True,
+                        **overrides)
 
     def redis(self) -> redis.Redis:
         return redis.Redis.from_url(self.redis_url)

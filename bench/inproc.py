@@ -47,7 +47,7 @@ class LeanFunctionLLM(FunctionLLM):
 
 
 def deps_with(llm: Any, settings: Settings | None = None) -> EngineDeps:
-    settings = settings or Settings(tools="bench.tools:TOOLS")
+    settings = settings or Settings(tools="bench.tools:TOOLS", demo_tools=True)
     config = EngineConfig()
     guard = ContextGuard(config.context_budget, llm=llm, max_message_chars=config.max_message_chars,
                          keep_recent=config.keep_recent)

@@ -363,6 +363,8 @@ def choose_model(settings: Settings) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # The sample questions use the demo tools (echo, add), which workers only register on request.
+    os.environ.setdefault("REACTQ_DEMO_TOOLS", "true")
     settings = Settings()
     if args.install_local:
         if local_model_missing() is None:

@@ -20,6 +20,9 @@ class EngineConfig(BaseSettings):
 
     max_iterations: int = Field(50, ge=1, le=200, validation_alias=AliasChoices(
         "REACTQ_MAX_ITERATIONS", "REACT_MAX_ITERATIONS"))
+    max_tool_calls_per_turn: int = Field(16, ge=1, le=1000,
+                                         validation_alias="REACTQ_MAX_TOOL_CALLS_PER_TURN")
+    """Calls of one LLM reply that run; the rest get an error observation (issue 10)."""
     tool_selection_threshold: int = Field(12, ge=0, alias="REACT_TOOL_SELECTION_THRESHOLD")
     tool_selection_max: int = Field(6, ge=1, alias="REACT_TOOL_SELECTION_MAX")
     compact_catalog_desc_length: int = Field(80, ge=4, alias="COMPACT_CATALOG_DESC_LENGTH")
@@ -48,6 +51,10 @@ class Settings(BaseSettings):
     model: str = "gpt-4o-mini"
     tools: str = ""
     hooks: str = ""
+    tool_timeout: float = Field(60.0, gt=0, le=24 * 3600)
+    """Deadline of a tool call whose tool sets no ``timeout`` (``REACTQ_TOOL_TIMEOUT``)."""
+    demo_tools: bool = False
+    """Register the demo/test tools ``echo``, ``add``, ``sleep`` (``REACTQ_DEMO_TOOLS``)."""
     data_dir: Path = Path(".reactq")
     run_ttl_seconds: int = Field(24 * 3600, ge=1)
     events_maxlen: int = Field(10_000, ge=100)

@@ -79,6 +79,23 @@ def _start_watchdog(**_: Any) -> None:
         _watchdog.start()
 
 
+@signals.worker_ready.connect
+def _prewarm_tool_runners(sender: Any = None, **_: Any) -> None:
+    """Start a tool-runner before the first tool call needs one (it costs a Python start).
+    Under prefork the pool children do this themselves (``worker_process_init``)."""
+    if "prefork" not in type(getattr(sender, "pool", None)).__module__:
+        from reactq.shared.tools.isolation import pool
+
+        pool().prewarm(1)
+
+
+@signals.worker_process_init.connect
+def _prewarm_tool_runners_in_child(**_: Any) -> None:
+    from reactq.shared.tools.isolation import pool
+
+    pool().prewarm(1)
+
+
 @signals.worker_shutdown.connect
 def _stop_watchdog(**_: Any) -> None:
     if _watchdog is not None:

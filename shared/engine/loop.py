@@ -20,6 +20,7 @@ import json
 from typing import Any
 
 from reactq.shared.engine import prompts as P
+from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
 from reactq.shared.engine.jsonx import md5_args
 from reactq.shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
@@ -157,7 +158,7 @@ def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interr
         state.verify_pending = False
         if content:
             state.trace.append(f"Assistant reasoning: {content}")
-        return events + _dispatch(state, calls, reasoning, now)
+        return events + _dispatch(state, calls, reasoning, now, cap=config.max_tool_calls_per_turn)
     # S12/S54: a turn without tool calls is the final-answer signal; drain right after it.
     events += _drain(state, interrupts)
     action = Action(type="final_answer", reasoning=reasoning, answer=content)
@@ -193,9 +194,11 @@ def _thinking_done(state: RunState, reasoning: str) -> Event:
                 reasoning=reasoning)
 
 
-def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now: float) -> list[Event]:
-    """S11: one start event per call, in call order, before any runs."""
-    state.pending_calls = calls
+def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now: float,
+              cap: int | None = None) -> list[Event]:
+    """S11: one start event per call, in call order, before any runs (calls past ``cap``
+    included: they are answered with an error in ``on_tool_results``)."""
+    state.pending_calls, state.refused_calls = turncap.split(calls, cap or len(calls))
     state.pending_reasoning = reasoning
     state.tools_started_at = now
     state.phase = "tools"
@@ -295,7 +298,8 @@ def llm_observation(outcome: ToolOutcome) -> str:
 def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupts: list[Interrupt],
                     config: EngineConfig, *, now: float) -> list[Event]:
     """Append the turn's results in call order, then warnings, interrupts, reflection (S9, S11)."""
-    calls = state.pending_calls
+    calls = state.pending_calls + state.refused_calls
+    outcomes = {**outcomes, **turncap.refused_outcomes(state, config.max_tool_calls_per_turn, now)}
     ordered = [outcomes[c.id] for c in calls]
     for call, out in zip(calls, ordered):
         text = llm_observation(out)
@@ -311,7 +315,7 @@ def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupt
     if state.mode == "native":
         events += _drain(state, interrupts)
     _maybe_reflect(state, config)
-    state.pending_calls = []
+    state.pending_calls, state.refused_calls = [], []
     state.pending_reasoning = ""
     return events + _continue(state, config)
 
@@ -416,12 +420,12 @@ def cancel(state: RunState, *, now: float, reason: str = "cancelled by request")
 
 
 def _answer_open_calls(state: RunState, text: str) -> None:
-    for call in state.pending_calls:
+    for call in state.pending_calls + state.refused_calls:
         if state.mode == "native":
             state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
         else:
             state.messages.append(ChatMessage(role="user", content=f"Observation: Error: {text}"))
-    state.pending_calls = []
+    state.pending_calls, state.refused_calls = [], []
 
 
 def _done(state: RunState, answer: str, iterations: int, pending: list[str] | None) -> Event:

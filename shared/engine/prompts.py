@@ -60,6 +60,10 @@ MAX_ITERATIONS_ANSWER = (
     "I was unable to complete the task within {n} iterations.  Here is what I gathered so far:\n"
 )
 
+TOO_MANY_TOOL_CALLS = (
+    "Not run: your reply asked for {n} tool calls and at most {limit} run per turn "
+    "(REACTQ_MAX_TOOL_CALLS_PER_TURN). Call it again in a later turn if you still need it."
+)
 CANCELLED_OBSERVATION = "Tool call cancelled: the run was cancelled before it finished."
 UNCERTAIN_OBSERVATION = (
     "The worker running this tool stopped before reporting a result. The tool is not "

@@ -94,6 +94,9 @@ class RunState(BaseModel):
     trace: list[str] = Field(default_factory=list)
     """Synthesis trace lines (tool calls, results cut to the synthesis limit, reasoning)."""
     pending_calls: list[ToolCallRequest] = Field(default_factory=list)
+    """The turn's calls that run (at most ``max_tool_calls_per_turn``)."""
+    refused_calls: list[ToolCallRequest] = Field(default_factory=list)
+    """The turn's calls past the cap: answered with an error observation, never run."""
     pending_reasoning: str = ""
     tools_started_at: float = 0.0
     answer: str | None = None

@@ -46,7 +46,7 @@ async def execute_call(
         return out
     args = pre.modified_args if pre.modified_args is not None else dict(call.arguments)
     try:
-        result = await registry.get(call.name).invoke(args)
+        result = await registry.get(call.name).invoke(args, default_timeout=registry.default_timeout)
     except asyncio.CancelledError:
         raise
     except (ToolNotFound, ToolError) as exc:

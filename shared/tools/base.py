@@ -3,12 +3,19 @@
 A ``ToolRegistry`` keeps tools in registration order. ``Tool.invoke`` validates the
 arguments against the model first; a validation failure raises ``ToolArgumentsError``
 whose message names the field, and the engine turns it into an error observation.
+
+Every call has a deadline: ``Tool.timeout``, else the registry's ``default_timeout``
+(``REACTQ_TOOL_TIMEOUT``, 60 s). A tool with ``isolate=True`` (the default) runs in a
+tool-runner process (:mod:`reactq.shared.tools.isolation`), where the deadline is hard (the
+process is killed) and a tool that holds the GIL cannot stall the worker. The bounded
+built-ins set ``isolate=False`` and run in the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +24,11 @@ from pydantic import BaseModel, ValidationError
 
 from reactq.shared.errors import ConfigError, ToolError, ToolNotFound
 from reactq.shared.models import ToolResult
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TOOL_TIMEOUT = 60.0
+"""Seconds a tool call may take when neither the tool nor the registry says otherwise."""
 
 
 class ToolArgumentsError(ToolError):
@@ -35,10 +47,15 @@ class Tool:
     requires_confirmation: bool = False
     cacheable: bool = False
     timeout: float | None = None
+    """Seconds a call may take; None = the registry's ``default_timeout``."""
     inline: bool = False
     """Run a sync ``fn`` on the event loop instead of a thread: for quick, CPU-light tools,
-    where a thread hop would cost more than the call."""
+    where a thread hop would cost more than the call (only with ``isolate=False``)."""
     metadata: dict[str, Any] = field(default_factory=dict)
+    isolate: bool = True
+    """Run calls in a tool-runner process (hard deadline; the GIL of the worker stays free).
+    Set False only for tools whose every call is bounded and quick. Last, so that positional
+    construction written before it existed keeps working."""
 
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments, as sent to the LLM."""
@@ -74,18 +91,54 @@ class Tool:
             )
             raise ToolArgumentsError(f"Invalid arguments for tool '{self.name}': {problems}") from None
 
-    async def invoke(self, args: dict[str, Any]) -> str | ToolResult:
-        """Validate ``args`` and run the tool; sync functions run in a thread unless ``inline``."""
+    async def invoke(self, args: dict[str, Any], *,
+                     default_timeout: float | None = None) -> str | ToolResult:
+        """Validate ``args`` and run the tool within its deadline (``ToolTimeoutError``).
+
+        Isolated tools run in a tool-runner process; the others: async functions on the
+        loop, sync ones in a thread unless ``inline`` (their deadline is soft: a thread
+        cannot be stopped, which is why only bounded tools run that way)."""
         model = self.validate_args(args)
         kwargs = model.model_dump()
+        timeout = self.timeout or default_timeout or DEFAULT_TOOL_TIMEOUT
+        loc = self._locator() if self.isolate else None
+        if loc is not None:
+            from reactq.shared.tools.isolation import pool
+
+            token = object()
+            try:
+                result = await asyncio.to_thread(pool().call, loc, kwargs, timeout, self.name, token)
+            except asyncio.CancelledError:
+                pool().cancel(token)  # a cancelled run does not leave its tool running
+                raise
+            return _normalize(result)
         if inspect.iscoroutinefunction(self.fn):
             coro = self.fn(**kwargs)
         elif self.inline and not self.timeout:
             return _normalize(self.fn(**kwargs))
         else:
             coro = asyncio.to_thread(self.fn, **kwargs)
-        result = await (asyncio.wait_for(coro, self.timeout) if self.timeout else coro)
+        try:
+            result = await asyncio.wait_for(coro, timeout)
+        except asyncio.TimeoutError:
+            from reactq.shared.tools.isolation import ToolTimeoutError
+
+            raise ToolTimeoutError(
+                f"Tool '{self.name}' timed out after {timeout:g}s (its deadline: the tool's "
+                "timeout, default REACTQ_TOOL_TIMEOUT); try a smaller input or another way."
+            ) from None
         return _normalize(result)
+
+    def _locator(self) -> tuple[str, str, str] | None:
+        """Where a tool-runner finds ``fn`` (cached); None = run in-process, said once."""
+        if "_locator" not in self.metadata:
+            from reactq.shared.tools.isolation import locator
+
+            loc = self.metadata["_locator"] = locator(self.fn, self.metadata, self.name)
+            if loc is None:
+                log.warning("tool '%s' is not importable by name (a closure or __main__): it "
+                            "runs in the worker, with a soft deadline", self.name)
+        return self.metadata["_locator"]  # type: ignore[no-any-return]
 
 
 def _normalize(result: Any) -> str | ToolResult:
@@ -108,7 +161,10 @@ def _to_text(value: Any) -> str:
 class ToolRegistry:
     """Tools by name, in registration order."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), *,
+                 default_timeout: float = DEFAULT_TOOL_TIMEOUT) -> None:
+        self.default_timeout = default_timeout
+        """The deadline of a call whose tool has no ``timeout`` (``REACTQ_TOOL_TIMEOUT``)."""
         self._tools: dict[str, Tool] = {}
         for t in tools:
             self.register(t)
@@ -132,7 +188,8 @@ class ToolRegistry:
     def filtered(self, names: Iterable[str]) -> ToolRegistry:
         """A new registry with only ``names`` (unknown ones dropped), in registration order."""
         wanted = set(names)
-        return ToolRegistry(t for n, t in self._tools.items() if n in wanted)
+        return ToolRegistry((t for n, t in self._tools.items() if n in wanted),
+                            default_timeout=self.default_timeout)
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools
@@ -150,6 +207,7 @@ def tool(
     description: str | None = None,
     idempotent: bool = True,
     timeout: float | None = None,
+    isolate: bool = True,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Decorator: build a ``Tool`` from a function whose parameters are annotated.
 
@@ -174,6 +232,7 @@ def tool(
             fn=fn,
             idempotent=idempotent,
             timeout=timeout,
+            isolate=isolate,
         )
 
     return wrap

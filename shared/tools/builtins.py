@@ -10,6 +10,14 @@
 ``sleep``          waits up to 30 s (for demos and tests of parallel tool calls)
 =================  ==========================================================
 
+``echo``, ``add`` and ``sleep`` are demo/test tools (``DEMO_TOOLS``): workers register them
+only with ``REACTQ_DEMO_TOOLS=true`` (one reply of 32 ``sleep(20)`` calls must not be able to
+occupy a fleet).
+
+Every built-in is bounded: no argument within its limits makes a call burn more than about
+100 ms of CPU (``tests/unit/test_builtin_bounds.py``), so they run in the worker
+(``isolate=False``) rather than in a tool-runner process.
+
 Errors are raised as :class:`~reactq.shared.errors.ToolError` with a message written for the
 LLM (the engine turns it into an error observation); bad arguments never reach the
 function, because :meth:`Tool.invoke` validates them against the pydantic model first.
@@ -26,6 +34,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import difflib
+import functools
 import json
 import math
 import operator
@@ -42,6 +51,7 @@ from reactq.shared.tools.base import Tool, ToolRegistry
 
 __all__ = [
     "BUILTIN_TOOLS",
+    "DEMO_TOOLS",
     "add",
     "builtin_registry",
     "calculator",
@@ -62,6 +72,12 @@ MAX_EXPONENT = 1000
 """Largest ``|exponent|`` of ``**``."""
 MAX_INT_DIGITS = 1000
 """Integer results (and intermediate values) must stay below ``10**MAX_INT_DIGITS``."""
+MAX_ROUND_DIGITS = 400
+"""Largest ``|ndigits|`` of ``round``: ``round(1, -10**8)`` would compute ``10**(10**8)``."""
+MAX_FUNCTION_ARGS = 100
+"""Most arguments of one function call (``min``/``max``)."""
+MAX_DOCUMENT_CHARS = 200_000
+"""Longest ``json_query`` document and ``text_stats`` text."""
 
 _MAX_INT = 10**MAX_INT_DIGITS
 # 10**1000 needs 3322 bits; a power whose lower bound exceeds this is refused unevaluated.
@@ -140,6 +156,16 @@ _FUNCTIONS: dict[str, Callable[..., Number]] = {
 }
 _CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e}
 
+
+def _check_call(name: str, args: list[Number]) -> None:
+    """Refuse arguments whose cost grows with their value (before computing anything)."""
+    if len(args) > MAX_FUNCTION_ARGS:
+        raise ToolError(f"{name}() takes at most {MAX_FUNCTION_ARGS} arguments")
+    if name == "round" and len(args) == 2:
+        ndigits = args[1]
+        if isinstance(ndigits, int) and abs(ndigits) > MAX_ROUND_DIGITS:
+            raise ToolError(f"round(): |ndigits| must be at most {MAX_ROUND_DIGITS}")
+
 _NODE_NAMES: dict[type[ast.AST], str] = {
     ast.Attribute: "attribute access",
     ast.Subscript: "subscripts",
@@ -207,6 +233,7 @@ def _eval_call(node: ast.Call) -> Number:
     if node.keywords:
         raise ToolError(f"{name}() takes positional arguments only")
     args = [_eval_node(a) for a in node.args]
+    _check_call(name, args)
     try:
         return _check_magnitude(fn(*args))
     except ToolError:
@@ -243,6 +270,7 @@ def _calculator(expression: str) -> str:
 calculator = Tool(
     name="calculator",
     inline=True,
+    isolate=False,
     description=(
         "Evaluate an arithmetic expression and return the number (integers stay exact). "
         "Supports + - * / "
@@ -264,12 +292,18 @@ class CurrentTimeArgs(BaseModel):
     )
 
 
+@functools.lru_cache(maxsize=1)
+def _available_zones() -> frozenset[str]:
+    """Walking the zone database costs tens of milliseconds: once per process."""
+    return frozenset(zoneinfo.available_timezones())
+
+
 def _zone(name: str) -> zoneinfo.ZoneInfo:
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):
         pass
-    available = zoneinfo.available_timezones()
+    available = _available_zones()
     by_lower = {z.lower(): z for z in available}
     if name.lower() in by_lower:
         return zoneinfo.ZoneInfo(by_lower[name.lower()])
@@ -289,14 +323,16 @@ current_time = Tool(
     description="Return the current date and time (ISO-8601, with UTC offset) in a time zone.",
     args_model=CurrentTimeArgs,
     fn=_current_time,
+    isolate=False,
 )
 
 # --------------------------------------------------------------------------- json_query
 
 
 class JsonQueryArgs(BaseModel):
-    data: str = Field(description="A JSON document, as text.")
+    data: str = Field(description="A JSON document, as text.", max_length=MAX_DOCUMENT_CHARS)
     path: str = Field(
+        max_length=1000,
         description=(
             "Where the value is: keys separated by dots, list indexes in brackets, e.g. "
             "'a.b[0].c', 'items[-1]', 'a[\"key.with.dots\"]'. Empty = the whole document."
@@ -356,7 +392,7 @@ def _json_type(value: Any) -> str:
 def _json_query(data: str, path: str) -> str:
     try:
         value: Any = json.loads(data)
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, too many int digits, nesting
         raise ToolError(f"Invalid JSON in 'data': {exc}") from None
     walked: list[str | int] = []
     for step in _parse_path(path):
@@ -394,6 +430,7 @@ def _json_query(data: str, path: str) -> str:
 json_query = Tool(
     name="json_query",
     inline=True,
+    isolate=False,
     description=(
         "Extract a value from a JSON document by a path like 'a.b[0].c'; returns the value "
         "as JSON."
@@ -406,10 +443,12 @@ json_query = Tool(
 
 
 class TextStatsArgs(BaseModel):
-    text: str = Field(description="The text to measure.")
+    text: str = Field(description="The text to measure.", max_length=MAX_DOCUMENT_CHARS)
 
 
-_SENTENCE_END = re.compile(r"[.!?]+(?:\s+|$)")
+# The lookbehind makes a match start only at the first mark of a run: without it a long
+# run of marks not followed by a space is rescanned from each of its positions (quadratic).
+_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]+(?:\s+|$)")
 
 
 def _text_stats(text: str) -> str:
@@ -426,6 +465,7 @@ def _text_stats(text: str) -> str:
 text_stats = Tool(
     name="text_stats",
     inline=True,
+    isolate=False,
     description=(
         "Count the characters, words, lines and sentences of a text; returns JSON "
         '{"characters", "words", "lines", "sentences"}.'
@@ -448,6 +488,7 @@ def _echo(text: str) -> str:
 echo = Tool(
     name="echo",
     inline=True,
+    isolate=False,
     description="Echoes the input text back.",
     args_model=EchoArgs,
     fn=_echo,
@@ -466,6 +507,7 @@ def _add(a: Number, b: Number) -> str:
 add = Tool(
     name="add",
     inline=True,
+    isolate=False,
     description="Add two numbers and return the sum.",
     args_model=AddArgs,
     fn=_add,
@@ -492,15 +534,18 @@ sleep = Tool(
     description="Wait for a number of seconds (0-30), then say so. For demos and tests.",
     args_model=SleepArgs,
     fn=_sleep,
+    isolate=False,
     metadata={"testing": True},
 )
 
 # --------------------------------------------------------------------------- registry
 
-BUILTIN_TOOLS: list[Tool] = [calculator, current_time, json_query, text_stats, echo, add, sleep]
-"""Every built-in tool, in the order ``builtin_registry()`` registers them."""
+BUILTIN_TOOLS: list[Tool] = [calculator, current_time, json_query, text_stats]
+"""The built-in tools every worker registers, in registration order."""
+DEMO_TOOLS: list[Tool] = [echo, add, sleep]
+"""Demo/test tools, registered only with ``REACTQ_DEMO_TOOLS=true``."""
 
 
-def builtin_registry() -> ToolRegistry:
-    """A new registry holding every built-in tool."""
-    return ToolRegistry(BUILTIN_TOOLS)
+def builtin_registry(*, demo: bool = False) -> ToolRegistry:
+    """A new registry holding the built-in tools (and the demo tools with ``demo``)."""
+    return ToolRegistry(BUILTIN_TOOLS + (DEMO_TOOLS if demo else []))

@@ -13,7 +13,9 @@ with one name) is a :class:`~reactq.shared.errors.ConfigError` naming the entry 
 raised at worker start rather than in the middle of a run.
 
 :func:`default_registry` is what workers and ``reactq run --local`` use: the built-in
-tools (:mod:`reactq.shared.tools.builtins`) followed by the loaded ones. A loaded tool with the
+tools (:mod:`reactq.shared.tools.builtins`; the demo tools ``echo``, ``add``, ``sleep`` only
+with ``REACTQ_DEMO_TOOLS=true``) followed by the loaded ones, with the call deadline
+``REACTQ_TOOL_TIMEOUT``. A loaded tool with the
 name of a built-in **replaces** that built-in (a warning is logged), so a deployment can
 supply its own ``calculator``; two loaded tools with one name are an error.
 
@@ -28,7 +30,8 @@ from collections.abc import Iterable
 from reactq.shared.plugins import entry_error, load_entries
 from reactq.shared.settings import Settings
 from reactq.shared.tools.base import Tool, ToolRegistry
-from reactq.shared.tools.builtins import BUILTIN_TOOLS
+from reactq.shared.tools.builtins import BUILTIN_TOOLS, DEMO_TOOLS
+from reactq.shared.tools.isolation import SPEC_KEY
 
 __all__ = ["default_registry", "load_tools"]
 
@@ -52,6 +55,9 @@ def load_tools(spec: str | Iterable[str] | None, *, setting: str = "REACTQ_TOOLS
                     setting, entry, f"tool '{t.name}' is already provided by {where}"
                 )
             origin[t.name] = entry
+            # A tool-runner process rebuilds the tool from its entry when it cannot import
+            # the function by name (a factory's closure).
+            t.metadata.setdefault(SPEC_KEY, entry)
             tools.append(t)
     return tools
 
@@ -60,8 +66,10 @@ def default_registry(settings: Settings) -> ToolRegistry:
     """Built-in tools plus ``load_tools(settings.tools)``; loaded tools override built-ins."""
     loaded = load_tools(settings.tools)
     loaded_names = {t.name for t in loaded}
-    for name in loaded_names & {t.name for t in BUILTIN_TOOLS}:
+    builtins = BUILTIN_TOOLS + (DEMO_TOOLS if settings.demo_tools else [])
+    for name in loaded_names & {t.name for t in builtins}:
         log.warning("REACTQ_TOOLS replaces the built-in tool '%s'", name)
     return ToolRegistry(
-        [t for t in BUILTIN_TOOLS if t.name not in loaded_names] + loaded
+        [t for t in builtins if t.name not in loaded_names] + loaded,
+        default_timeout=settings.tool_timeout,
     )

@@ -116,6 +116,7 @@ def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
         REACTQ_MODEL="scripted",
         REACTQ_TOOLS="tests.integration.tools:TOOLS",
         REACTQ_LEASE_SECONDS="1.5",
+        REACTQ_DEMO_TOOLS="true",  # tests script echo/add/sleep; off by default (issue 10)
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )
@@ -203,7 +204,7 @@ def worker_factory(redis_url: str, llm: LLMFixture, tmp_path: Path) -> Iterator[
 
 @pytest.fixture
 def settings(redis_url: str, llm: LLMFixture) -> Settings:
-    return Settings(redis_url=redis_url, model="scripted", tools="tests.integration.tools:TOOLS",
+    return Settings(redis_url=redis_url, model="scripted", tools="tests.integration.tools:TOOLS", demo_tools=True,
                     openai_api_key="test-key", openai_base_url=llm.server.base_url)
 
 

@@ -33,7 +33,7 @@ def cluster(redis_url, llm, tmp_path):
     b = factory.start("crash-b", wait=False)
     factory.wait_ready(a)
     factory.wait_ready(b)
-    settings = Settings(redis_url=url, model="scripted", tools="tests.integration.tools:TOOLS",
+    settings = Settings(redis_url=url, model="scripted", tools="tests.integration.tools:TOOLS", demo_tools=True,
                         openai_api_key="k", openai_base_url=llm.server.base_url)
     yield Dispatcher(settings), {a.proc.pid: a, b.proc.pid: b}, redis.Redis.from_url(url)
     factory.stop_all()

@@ -71,7 +71,7 @@ def _cluster(redis_url: str, llm: LLMFixture, tmp: Path, db: int,
     for w in started:
         factory.wait_ready(w)
     settings = Settings(redis_url=url, models=models, tools="tests.integration.tools:TOOLS",
-                        openai_api_key="k")
+                        openai_api_key="k", demo_tools=True)
     yield Cluster(DagDispatcher(settings), r, {w.proc.pid: w for w in started})
     # All at once: a warm shutdown waits for the task in flight, and these add up.
     for w in started:
@@ -412,7 +412,7 @@ def test_the_cli_runs_a_plan_file_and_refuses_a_cycle(dag_cluster: Cluster, llm:
 
     s = dag_cluster.dags.settings
     for name, value in {"REACTQ_REDIS_URL": s.redis_url, "REACTQ_MODELS": str(s.models),
-                        "REACTQ_TOOLS": s.tools, "OPENAI_API_KEY": "k"}.items():
+                        "REACTQ_TOOLS": s.tools, "OPENAI_API_KEY": "k", "REACTQ_DEMO_TOOLS": "true"}.items():
         monkeypatch.setenv(name, str(value))
     app = typer.Typer()
     app.command()(dag)

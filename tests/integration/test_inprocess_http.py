@@ -31,7 +31,7 @@ def server():
 def _deps(srv: ScriptedServer, **abilities: bool) -> EngineDeps:
     llm = OpenAILLM("scripted", base_url=srv.base_url, api_key="k",
                     abilities={"tool_call": True, "json_mode": True, **abilities})
-    return EngineDeps(llm=llm, registry=builtin_registry())
+    return EngineDeps(llm=llm, registry=builtin_registry(demo=True))
 
 
 def _shape(sink: ListSink) -> list[tuple]:

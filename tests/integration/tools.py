@@ -7,6 +7,7 @@ times each call ran.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import socket
@@ -53,5 +54,32 @@ slow = Tool(name="slow", description="Sleeps, then reports (records where it ran
 once = Tool(name="charge_card", description="A non-idempotent action (records each run).",
             args_model=SlowArgs, fn=_once, idempotent=False)
 
+class HoldArgs(BaseModel):
+    tag: str = Field(description="a label recorded with the run")
+    seconds: int = Field(1, ge=0, le=120)
+
+
+def _hold_gil(tag: str, seconds: int = 1) -> str:
+    """Hold the GIL for ``seconds`` in one C call: libc ``sleep`` called through
+    ``ctypes.PyDLL``, which (unlike ``CDLL``) does not release the GIL. Its effect on the
+    process is that of a long C loop or a big regex, without burning a CPU on a shared box.
+    Each start is recorded (``reactq-test:toolstarts``) before the hold, each completion after."""
+    started = time.time()
+    url = os.environ.get("REACTQ_REDIS_URL")
+    if url:
+        redis.Redis.from_url(url).rpush("reactq-test:toolstarts", json.dumps(
+            {"tag": tag, "pid": os.getpid(), "ppid": os.getppid(), "started": started}))
+    ctypes.PyDLL(None).sleep(seconds)
+    _record(tag, started)
+    return f"held the GIL {seconds}s ({tag})"
+
+
+hold_gil = Tool(name="hold_gil", description="Holds the GIL (non-idempotent, records each run).",
+                args_model=HoldArgs, fn=_hold_gil, idempotent=False)
+hold_gil_retry = Tool(name="hold_gil_retry", description="Holds the GIL (idempotent).",
+                      args_model=HoldArgs, fn=_hold_gil)
+hold_gil_2s = Tool(name="hold_gil_2s", description="Holds the GIL; its deadline is 2 s.",
+                   args_model=HoldArgs, fn=_hold_gil, timeout=2)
+
 # default_registry adds these to the built-in tools.
-TOOLS = [slow, once]
+TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s]

@@ -308,8 +308,10 @@ def test_every_builtin_argument_has_a_description() -> None:
 
 
 def test_builtin_registry_holds_every_builtin_in_order() -> None:
-    """Built-ins: builtin_registry() registers BUILTIN_TOOLS in list order."""
-    assert builtin_registry().names() == [
+    """Built-ins: builtin_registry() registers BUILTIN_TOOLS in list order; the demo tools
+    (echo, add, sleep) only on request (issue 10: not registered by default)."""
+    assert builtin_registry().names() == ["calculator", "current_time", "json_query", "text_stats"]
+    assert builtin_registry(demo=True).names() == [
         "calculator", "current_time", "json_query", "text_stats", "echo", "add", "sleep",
     ]
     assert builtin_registry() is not builtin_registry()
@@ -564,12 +566,22 @@ def test_default_registry_is_the_builtins_then_the_loaded_tools(
     assert default_registry(Settings(tools="")).names() == [t.name for t in BUILTIN_TOOLS]
 
 
+def test_demo_tools_are_registered_only_with_reactq_demo_tools(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 10: echo, add, sleep are not default tools; REACTQ_DEMO_TOOLS=true brings them."""
+    monkeypatch.delenv("REACTQ_DEMO_TOOLS", raising=False)
+    assert not {"echo", "add", "sleep"} & set(default_registry(Settings(tools="")).names())
+    monkeypatch.setenv("REACTQ_DEMO_TOOLS", "true")
+    assert {"echo", "add", "sleep"} <= set(default_registry(Settings(tools="")).names())
+
+
 async def test_a_loaded_tool_replaces_the_builtin_of_the_same_name(
     plugin_module: Callable[[str], str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """default_registry: a loaded tool named like a built-in replaces it (and says so)."""
     mod = plugin_module(TOOLS_SOURCE)
-    reg = default_registry(Settings(tools=f"{mod}:echo"))
+    reg = default_registry(Settings(tools=f"{mod}:echo", demo_tools=True))
     assert reg.names().count("echo") == 1
     assert await reg.get("echo").invoke({"text": "x"}) == "custom x"
     assert "replaces the built-in tool 'echo'" in caplog.text
