@@ -3,6 +3,7 @@
 ``GET /v1/runs?status=&batch_id=&thread_id=&limit=&cursor=`` → ``{runs: [{run_id, status,
 model, query (its first 200 characters), iterations, usage, created_at, updated_at,
 batch_id, thread_id}], next_cursor}``, newest first; ``next_cursor`` is null on the last page.
+``GET /v1/runs/{id}/summary`` → one such row with the whole query (404 when gone).
 Bad filters → 422 naming the parameter. The listing reads the index that the run store's
 scripts keep (``reactq.shared.runs_index``): no SCAN. Authentication is the gateway's.
 """
@@ -66,3 +67,12 @@ async def list_runs(
                                        limit=limit, cursor=cursor)
     except RequestError as exc:
         return _query_error(exc.field or "query", str(exc))
+
+
+@router.get("/v1/runs/{run_id}/summary")
+async def run_summary(run_id: str, request: Request) -> Any:
+    """The listing's row for one run, with its whole query (the viewer's run page)."""
+    row = await asyncio.to_thread(_index(request).one, run_id)
+    if row is None:
+        return JSONResponse({"detail": f"no run with id {run_id!r} (it may have expired)"}, status_code=404)
+    return row

@@ -139,6 +139,16 @@ class RunsIndex:
             after, top = last, last[0]
         return {"runs": rows, "next_cursor": encode_cursor(*last) if last is not None else None}
 
+    def one(self, run_id: str) -> dict[str, Any] | None:
+        """One run's row with its whole query (the viewer's run page header); None if gone."""
+        values = self.r.hmget(self.keys.run(run_id), list(_FIELDS))
+        fields = {name: None if v is None else _s(v) for name, v in zip(_FIELDS, values)}
+        if fields["status"] is None:
+            return None
+        row = summary(run_id, fields)
+        row["query"] = str(json.loads(fields["request"] or "{}").get("query", ""))
+        return row
+
     def _load(self, key: str, cands: list[tuple[str, float]]) -> list[tuple[str, dict[str, Any]]]:
         """The candidates' rows, in order; members whose run expired are removed from ``key``."""
         pipe = self.r.pipeline(transaction=False)

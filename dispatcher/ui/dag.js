@@ -52,7 +52,7 @@
     }
     for (const st of steps) {
       const p = pos.get(st.id);
-      const label = st.task.length > 26 ? st.task.slice(0, 25) + "…" : st.task;
+      const label = st.task.length > 18 ? st.task.slice(0, 17) + "…" : st.task;
       const g = s("g", { class: `node n-${st.status}`, transform: `translate(${p.x},${p.y})`, "data-step-id": st.id, "data-status": st.status },
         s("title", {}, `${st.id}: ${st.task} (${st.status})`),
         s("rect", { width: NW, height: NH, rx: 8 }),

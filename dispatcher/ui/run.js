@@ -30,7 +30,7 @@
     card.querySelector(".t").textContent = `iteration ${d.iteration ?? ""} · ${RQ.fmtSecs(d.iter_elapsed)}`;
     const obs = d.observation ?? "";
     card.obs.replaceChildren(
-      d.error ? h("p", { class: "error" }, d.error) : null,
+      ...(d.error ? [h("p", { class: "error" }, d.error)] : []),
       h("details", { open: obs.length < 2000 }, h("summary", {}, `observation (${obs.length} chars)`),
         h("pre", { class: "observation" }, obs)));
   }
@@ -129,9 +129,12 @@
 
     (async () => {
       try {
-        const st = await RQ.api(`/v1/runs/${encodeURIComponent(runId)}`, { signal: ctrl.signal });
+        const st = await RQ.api(`/v1/runs/${encodeURIComponent(runId)}/summary`, { signal: ctrl.signal });
         setStatus(st.status);
-        if (st.status === "queued" || st.status === "running") setStatus(st.status);
+        head.append(h("div", { class: "query", id: "run-query" }, st.query),
+          h("span", { class: "muted" }, `model ${st.model || "default"} · created ${RQ.fmtTime(st.created_at)}`),
+          st.batch_id ? h("a", { href: `#/batch/${encodeURIComponent(st.batch_id)}` }, "its batch") : "",
+          st.thread_id ? h("span", { class: "muted" }, `thread ${st.thread_id}`) : "");
       } catch (err) {
         if (!ctrl.signal.aborted) { conn.textContent = err.status === 404 ? "no such run (it may have expired)" : err.message; }
         return;

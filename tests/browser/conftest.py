@@ -97,7 +97,7 @@ def gateway(redis_url: str, llm: LLMFixture, workers: Any,
 
 
 @pytest.fixture(scope="session")
-def token_gateway(redis_url: str, llm: LLMFixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProc]:
+def token_gateway(redis_url: str, llm: LLMFixture, workers: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayProc]:
     yield from _gateway(redis_url, llm, tmp_path_factory.mktemp("gwt"), REACTQ_API_TOKEN="s3cret-token")
 
 

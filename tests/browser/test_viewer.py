@@ -62,3 +62,198 @@ def test_runs_table_shows_a_new_run_within_a_second(gateway, page, llm: LLMFixtu
     page.wait_for_selector(f'tr[data-run-id="{run_id}"] .st-succeeded', timeout=5000)
     page.wait_for_selector(".chart svg")
     shot(page, "runs")
+
+
+def _page_events(page: Any) -> list[tuple[int, str]]:
+    """(seq, channel) of every event the page rendered, from its raw-event log."""
+    return [(int(s), c) for s, c in page.eval_on_selector_all(
+        "#event-log li", "els => els.map(e => [e.dataset.seq, e.dataset.channel])")]
+
+
+def test_run_page_streams_deltas_in_order_and_shows_the_tool_card(gateway, page, llm: LLMFixture):
+    q = llm.unique("weather")
+    answer = "It is sunny in Lisbon today, twenty-two degrees, light wind from the north."
+    llm.script(q, [reply_tool_calls([("call-w1", "slow", {"tag": "lisbon", "seconds": 0.2})]),
+                   reply_text("enough")],
+               synthesis=reply_text(answer, chunk_chars=4, chunk_delay=0.03))
+    page.goto(gateway.url + "/ui/#/runs")
+    page.wait_for_selector("#runs-table")
+    run_id = submit(gateway, q)
+    # Record every delta as it is appended: the page must grow the answer token by token.
+    page.evaluate("window.location.hash = '#/run/" + run_id + "'")
+    page.wait_for_selector("#answer")
+    page.evaluate("""() => { window.__deltas = [];
+        new MutationObserver(ms => ms.forEach(m => m.addedNodes.forEach(n => n.dataset && n.dataset.seq &&
+            window.__deltas.push([+n.dataset.seq, document.getElementById('answer').textContent.length]))))
+        .observe(document.getElementById('answer'), {childList: true}); }""")
+    page.wait_for_selector("#footer .badge", timeout=30000)
+    card = page.locator('article.tool[data-call-id="call-w1"]')
+    assert card.locator(".name").inner_text() == "slow"
+    assert "lisbon" in card.locator(".args").inner_text()
+    assert "lisbon" in card.locator(".observation").inner_text()
+    assert page.locator("#answer").inner_text() == answer
+    deltas = page.evaluate("window.__deltas")
+    seqs = [s for s, _ in deltas]
+    assert len(deltas) >= 5 and seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert [n for _, n in deltas] == sorted(n for _, n in deltas)  # text grew with each delta
+    server = stream_events(gateway, run_id)
+    assert _page_events(page) == [(d["seq"], ch) for ch, d in server]
+    assert page.locator("#footer").inner_text().startswith("succeeded")
+    shot(page, "run")
+
+
+def test_the_run_page_survives_a_gateway_restart_mid_run_with_each_event_once(
+        gateway, page, llm: LLMFixture):
+    q = llm.unique("restart")
+    answer = " ".join(f"word{i}" for i in range(40))
+    llm.script(q, [reply_tool_calls([("call-r1", "slow", {"tag": "restart", "seconds": 1.5})]),
+                   reply_text("done with tools")],
+               synthesis=reply_text(answer, chunk_chars=6, chunk_delay=0.05))
+    run_id = submit(gateway, q)
+    page.goto(gateway.url + f"/ui/#/run/{run_id}")
+    page.wait_for_selector('article.tool[data-call-id="call-r1"]')  # live, mid-run
+    gateway.kill()
+    page.wait_for_selector('#conn[data-state="reconnecting"]', timeout=10000)
+    time.sleep(1.0)  # the run goes on without the gateway: events pile up in Redis
+    gateway.start()
+    page.wait_for_selector("#footer .badge", timeout=40000)
+    server = stream_events(gateway, run_id)
+    shown = _page_events(page)
+    assert shown == [(d["seq"], ch) for ch, d in server], "each event exactly once, in order"
+    assert page.locator("#answer").inner_text() == answer
+    assert page.locator("article.tool").count() == 1
+
+
+def test_the_interrupt_box_reaches_the_runs_next_llm_request(gateway, page, llm: LLMFixture):
+    q = llm.unique("interrupt")
+    llm.script(q, [reply_tool_calls([("call-i1", "slow", {"tag": "intr", "seconds": 2.0})]),
+                   reply_text("noted")], synthesis=reply_text("answer with your note"))
+    run_id = submit(gateway, q)
+    page.goto(gateway.url + f"/ui/#/run/{run_id}")
+    page.wait_for_selector('article.tool[data-call-id="call-i1"]')
+    note = f"please also mention the moon {uuid.uuid4().hex[:6]}"
+    page.fill("#interrupt-text", note)
+    page.keyboard.press("Tab")
+    page.keyboard.press("Enter")  # the Send button, reached by keyboard
+    page.wait_for_selector("article.inject", timeout=30000)
+    page.wait_for_selector("#footer .badge", timeout=30000)
+    later = [r for r in llm.requests_for(q) if note in json.dumps(r.get("messages", []))]
+    assert later, "the interrupt is in a later LLM request"
+    assert note in page.locator("article.inject").inner_text()
+
+
+def test_the_cancel_button_ends_the_run_cancelled(gateway, page, llm: LLMFixture):
+    q = llm.unique("cancel")
+    llm.script(q, [reply_tool_calls([(f"call-c{i}", "slow", {"tag": f"c{i}", "seconds": 1.0})])
+                   for i in range(1, 30)])
+    run_id = submit(gateway, q)
+    page.goto(gateway.url + f"/ui/#/run/{run_id}")
+    page.wait_for_selector("article.tool")
+    page.click("#cancel-run")
+    page.wait_for_selector("#footer .st-cancelled", timeout=30000)
+    assert wait_status(gateway, run_id) == "cancelled"
+    assert page.locator("#run-status .badge").inner_text() == "cancelled"
+    assert page.locator("#cancel-run").is_disabled()
+
+
+def test_the_batch_page_shows_progress_runs_and_cancel(gateway, page, llm: LLMFixture):
+    qs = [llm.script(llm.unique(f"batch line {i}"),
+                     [reply_tool_calls([(f"call-b{i}", "slow", {"tag": f"b{i}", "seconds": 0.6})]),
+                      reply_text("fine")], synthesis=reply_text(f"answer {i}")) for i in range(6)]
+    with gateway.api() as c:
+        res = c.post("/v1/batches", json={"requests": [{"query": q} for q in qs] + [{"query": ""}],
+                                          "concurrency": 2})
+        assert res.status_code == 202, res.text
+        batch_id = res.json()["batch_id"]
+    page.goto(gateway.url + f"/ui/#/batch/{batch_id}")
+    page.wait_for_selector('#batch-counts [data-count="total"]')
+    assert page.locator('#batch-counts [data-count="total"] b').inner_text() == "7"
+    page.wait_for_function("document.querySelectorAll('#main tbody tr').length >= 2", timeout=20000)
+    page.wait_for_function(
+        "+document.querySelector('#batch-counts [data-count=\"succeeded\"] b').textContent >= 2", timeout=30000)
+    shot(page, "batch")
+    page.click("#cancel-batch")
+    # The cancel route is another slice's (POST /v1/batches/{id}/cancel): either it answers
+    # and the batch ends, or the page says why not — never silence.
+    page.wait_for_function("document.getElementById('batch-note').textContent.length > 0", timeout=10000)
+    note = page.locator("#batch-note").inner_text()
+    assert note.startswith(("Cancel requested", "Cancel failed (404)", "Cancel failed (405)")), note
+    page.wait_for_selector("#batch-status .st-done", timeout=60000)
+    assert page.locator('#batch-counts [data-count="invalid"] b').inner_text() == "1"
+    assert page.locator("#cancel-batch").is_disabled()
+
+
+def _script_diamond(llm: LLMFixture, uid: str) -> tuple[str, dict[str, str]]:
+    goal = f"Compare left and right [{uid}]"
+    tasks = {k: f"{v} {uid}" for k, v in {"A": "Collect the inputs", "B": "Measure the left side",
+                                         "C": "Measure the right side", "D": "Compare both"}.items()}
+    llm.script(f"Goal to evaluate: {goal}",
+               [reply_text(json.dumps({"achieved": True, "confidence": 0.9, "reasoning": "complete"}))])
+    llm.script(f"Goal: {goal}", [reply_text(json.dumps({"steps": []}))],
+               synthesis=reply_text(f"left beats right {uid}"))
+    for k, task in tasks.items():
+        turns = [reply_tool_calls([(f"call-{k}-{uid}", "slow", {"tag": f"{k}-{uid}", "seconds": 0.8})]),
+                 reply_text(f"{k} finished")]
+        llm.script(f"Task: {task}", turns, synthesis=reply_text(f"result-{k}-{uid}"))
+    return goal, tasks
+
+
+def test_the_dag_page_shows_a_diamonds_four_nodes_going_green(gateway, page, llm: LLMFixture):
+    uid = uuid.uuid4().hex[:8]
+    goal, tasks = _script_diamond(llm, uid)
+    steps = [{"id": "A", "task": tasks["A"]},
+             {"id": "B", "task": tasks["B"], "dependencies": ["A"]},
+             {"id": "C", "task": tasks["C"], "dependencies": ["A"]},
+             {"id": "D", "task": tasks["D"], "dependencies": ["B", "C"]}]
+    with gateway.api() as c:
+        res = c.post("/v1/dags", json={"goal": goal, "steps": steps})
+        assert res.status_code == 202, res.text
+        dag_id = res.json()["dag_id"]
+    page.goto(gateway.url + f"/ui/#/dag/{dag_id}")
+    page.wait_for_selector("#dag-svg g.node")
+    assert page.locator("#dag-svg g.node").count() == 4
+    assert page.locator("#dag-svg path.edge").count() == 4
+    seen: set[tuple[str, ...]] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        states = tuple(page.eval_on_selector_all(
+            "#dag-svg g.node", "els => els.map(e => e.dataset.stepId + ':' + e.dataset.status)"))
+        seen.add(states)
+        if all(s.endswith(":completed") for s in states):
+            break
+        time.sleep(0.1)
+    assert sorted(states) == ["A:completed", "B:completed", "C:completed", "D:completed"]
+    # It moved live: the page showed the plan before every node was green.
+    assert any(not all(s.endswith(":completed") for s in st) for st in seen)
+    assert page.locator("#dag-svg a").count() == 4  # each step links to its run
+    page.wait_for_function(f"document.getElementById('dag-answer').textContent.includes('left beats right {uid}')",
+                           timeout=30000)
+    shot(page, "dag")
+
+
+def test_with_a_token_the_page_shows_nothing_but_the_prompt(token_gateway, page, llm: LLMFixture):
+    page.goto(token_gateway.url + "/ui/#/runs")
+    page.wait_for_selector("#login:not([hidden])")
+    assert page.locator("#top").is_hidden()
+    assert page.locator("#view").inner_html().strip() == ""
+    visible = page.locator("body").inner_text().replace("Skip to content", "").split()
+    assert visible == page.locator("#login").inner_text().split()
+    shot(page, "login")
+    # With the token: the API answers, and the event stream is read with it (a header, no URL).
+    q = llm.script(llm.unique("with token"), [reply_text("ok")], synthesis=reply_text("tokened answer"))
+    with token_gateway.api("s3cret-token") as c:
+        run_id = c.post("/v1/runs", json={"query": q}).json()["run_id"]
+    urls: list[str] = []
+    page.on("request", lambda req: urls.append(req.url))
+    page.fill("#token", "s3cret-token")
+    page.press("#token", "Enter")
+    page.wait_for_selector(f'tr[data-run-id="{run_id}"]')
+    page.goto(token_gateway.url + f"/ui/#/run/{run_id}")
+    page.wait_for_selector("#footer .badge", timeout=30000)
+    assert page.locator("#answer").inner_text() == "tokened answer"
+    assert not [u for u in urls if "s3cret" in u]
+    # A wrong token brings the prompt back, with nothing else shown.
+    page.evaluate("sessionStorage.setItem('reactq.token', 'wrong')")
+    page.reload()
+    page.wait_for_selector("#login:not([hidden])")
+    assert page.locator("#view").inner_html().strip() == ""

@@ -154,3 +154,15 @@ def test_http_listing_and_its_422s(store, redis_url, keys):
             res = client.get("/v1/runs", params=params)
             assert res.status_code == 422, params
             assert res.json()["detail"][0]["loc"][-1] == field
+
+
+def test_summary_of_one_run_has_the_whole_query(store, redis_url, keys):
+    from reactq.dispatcher.http import create_app
+
+    long_query = "x" * 500
+    rid, _ = store.create("sum1", {"query": long_query, "model": "m"})
+    app = create_app(Settings(redis_url=redis_url, key_prefix=keys.prefix))
+    with TestClient(app) as client:
+        row = client.get(f"/v1/runs/{rid}/summary").json()
+        assert row["query"] == long_query and row["status"] == "queued"
+        assert client.get("/v1/runs/nope/summary").status_code == 404
