@@ -51,8 +51,11 @@
     const ta = h("textarea", { id: "interrupt-text", placeholder: "A message for the run: it reaches the run's next LLM request" });
     const send = h("button", { type: "submit", id: "interrupt-send" }, "Send");
     const cancel = h("button", { type: "button", class: "danger", id: "cancel-run" }, "Cancel run");
+    // Flower's task page takes only state/worker/name from its URL: the run's tasks are
+    // found by typing the search shown here (Flower's own syntax) into its search box.
     const flower = RQ.config.flower_url
-      ? h("a", { href: `${RQ.config.flower_url.replace(/\/$/, "")}/tasks?search=${encodeURIComponent(runId)}`, target: "_blank", rel: "noopener" }, "Tasks in Flower ↗")
+      ? h("span", { id: "flower" }, h("a", { href: `${RQ.config.flower_url.replace(/\/$/, "")}/tasks`, target: "_blank", rel: "noopener" }, "Tasks in Flower ↗"),
+        " ", h("code", { title: "paste into Flower's search box" }, `args:${runId}`))
       : h("span", { class: "muted" }, "Flower: set REACTQ_FLOWER_URL to link it");
     const head = h("div", { class: "runhead" }, h("h1", {}, "Run ", h("span", { class: "mono" }, runId)), statusBox, conn, flower);
     view.append(head,

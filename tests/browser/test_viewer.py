@@ -17,6 +17,15 @@ from tests.scripted_server import first_user_text, reply_text, reply_tool_calls
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
 
+def wait_js(page: Any, expression: str, timeout: float = 10.0) -> None:
+    """Poll a JS expression with page.evaluate (Playwright's wait_for_function evaluates
+    strings with eval inside the page, which the viewer's Content-Security-Policy forbids)."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+        time.sleep(0.1)
+
+
 def submit(gw: GatewayProc, query: str, **extra: Any) -> str:
     with gw.api() as c:
         res = c.post("/v1/runs", json={"query": query, **extra})
@@ -168,14 +177,13 @@ def test_the_batch_page_shows_progress_runs_and_cancel(gateway, page, llm: LLMFi
     page.goto(gateway.url + f"/ui/#/batch/{batch_id}")
     page.wait_for_selector('#batch-counts [data-count="total"]')
     assert page.locator('#batch-counts [data-count="total"] b').inner_text() == "7"
-    page.wait_for_function("document.querySelectorAll('#main tbody tr').length >= 2", timeout=20000)
-    page.wait_for_function(
-        "+document.querySelector('#batch-counts [data-count=\"succeeded\"] b').textContent >= 2", timeout=30000)
+    wait_js(page, "document.querySelectorAll('#main tbody tr').length >= 2", timeout=20)
+    wait_js(page, "+document.querySelector('#batch-counts [data-count=\"succeeded\"] b').textContent >= 2", timeout=30)
     shot(page, "batch")
     page.click("#cancel-batch")
     # The cancel route is another slice's (POST /v1/batches/{id}/cancel): either it answers
     # and the batch ends, or the page says why not — never silence.
-    page.wait_for_function("document.getElementById('batch-note').textContent.length > 0", timeout=10000)
+    wait_js(page, "document.getElementById('batch-note').textContent.length > 0", timeout=10)
     note = page.locator("#batch-note").inner_text()
     assert note.startswith(("Cancel requested", "Cancel failed (404)", "Cancel failed (405)")), note
     page.wait_for_selector("#batch-status .st-done", timeout=60000)
@@ -226,8 +234,8 @@ def test_the_dag_page_shows_a_diamonds_four_nodes_going_green(gateway, page, llm
     # It moved live: the page showed the plan before every node was green.
     assert any(not all(s.endswith(":completed") for s in st) for st in seen)
     assert page.locator("#dag-svg a").count() == 4  # each step links to its run
-    page.wait_for_function(f"document.getElementById('dag-answer').textContent.includes('left beats right {uid}')",
-                           timeout=30000)
+    wait_js(page, f"document.getElementById('dag-answer').textContent.includes('left beats right {uid}')",
+            timeout=30)
     shot(page, "dag")
 
 
@@ -249,7 +257,7 @@ def test_with_a_token_the_page_shows_nothing_but_the_prompt(token_gateway, page,
     page.press("#token", "Enter")
     page.wait_for_selector(f'tr[data-run-id="{run_id}"]')
     page.goto(token_gateway.url + f"/ui/#/run/{run_id}")
-    page.wait_for_selector("#footer .badge", timeout=30000)
+    page.wait_for_selector("#footer .badge", timeout=30)
     assert page.locator("#answer").inner_text() == "tokened answer"
     assert not [u for u in urls if "s3cret" in u]
     # A wrong token brings the prompt back, with nothing else shown.
@@ -257,3 +265,35 @@ def test_with_a_token_the_page_shows_nothing_but_the_prompt(token_gateway, page,
     page.reload()
     page.wait_for_selector("#login:not([hidden])")
     assert page.locator("#view").inner_html().strip() == ""
+
+
+def test_phone_width_dark_and_keyboard(gateway, browser, llm: LLMFixture):
+    """Usable at a phone's width (nothing wider than the screen), dark when the system is,
+    and the run page reachable with the keyboard alone."""
+    q = llm.script(llm.unique("phone"), [reply_tool_calls([("call-p1", "slow", {"tag": "phone", "seconds": 0.1})]),
+                                         reply_text("ok")], synthesis=reply_text("small screen answer"))
+    run_id = submit(gateway, q)
+    wait_status(gateway, run_id)
+    ctx = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark", is_mobile=True)
+    page = ctx.new_page()
+    try:
+        page.goto(gateway.url + "/ui/#/runs")
+        page.wait_for_selector(f'tr[data-run-id="{run_id}"]')
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        bg = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert sum(int(x) for x in bg[bg.index("(") + 1:-1].split(",")[:3]) < 150, bg  # dark
+        shot(page, "runs-phone-dark")
+        # Keyboard only: Tab to the run's link, Enter opens the run page.
+        for _ in range(40):
+            page.keyboard.press("Tab")
+            if page.evaluate(f"document.activeElement.getAttribute('href') === '#/run/{run_id}'"):
+                break
+        else:
+            raise AssertionError("the run's link is not reachable with Tab")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#footer .badge")
+        assert page.locator("#answer").inner_text() == "small screen answer"
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        shot(page, "run-phone-dark")
+    finally:
+        ctx.close()
