@@ -63,7 +63,7 @@ async def list_runs(
         return _query_error("status", f"status must be one of {', '.join(RUN_STATUSES)}")
     index = _index(request)
     try:
-        return await asyncio.to_thread(index.list, RunFilter(status, batch_id, thread_id),
+        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id),
                                        limit=limit, cursor=cursor)
     except RequestError as exc:
         return _query_error(exc.field or "query", str(exc))

@@ -66,8 +66,9 @@ def _s(v: Any) -> str:
 
 def summary(run_id: str, fields: dict[str, str | None]) -> dict[str, Any]:
     """One row of the listing, from the run hash's fields."""
-    request = json.loads(fields["request"] or "{}")
-    result = json.loads(fields["result"]) if fields.get("result") else {}
+    request = json.loads(fields.get("request") or "{}")
+    raw_result = fields.get("result")
+    result = json.loads(raw_result) if raw_result else {}
     query = str(request.get("query", ""))
     return {
         "run_id": run_id,
@@ -105,7 +106,7 @@ class RunsIndex:
             return self.keys.runs_status(f.status)
         return self.keys.runs
 
-    def list(self, f: RunFilter, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
+    def page(self, f: RunFilter, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
         """``{runs: [...], next_cursor}``, newest first; ``next_cursor`` None at the end."""
         if not 1 <= limit <= MAX_LIMIT:
             raise RequestError(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
@@ -146,7 +147,7 @@ class RunsIndex:
         if fields["status"] is None:
             return None
         row = summary(run_id, fields)
-        row["query"] = str(json.loads(fields["request"] or "{}").get("query", ""))
+        row["query"] = str(json.loads(fields.get("request") or "{}").get("query", ""))
         return row
 
     def _load(self, key: str, cands: list[tuple[str, float]]) -> list[tuple[str, dict[str, Any]]]:

@@ -47,7 +47,7 @@
     const log = h("ol", { class: "mono", id: "event-log" });
     const thinking = new Map();
     const tools = new Map();
-    const note = h("p", { class: "muted", role: "status" });
+    const note = h("p", { class: "muted", role: "status", id: "run-note" });
     const ta = h("textarea", { id: "interrupt-text", placeholder: "A message for the run: it reaches the run's next LLM request" });
     const send = h("button", { type: "submit", id: "interrupt-send" }, "Send");
     const cancel = h("button", { type: "button", class: "danger", id: "cancel-run" }, "Cancel run");

@@ -135,7 +135,9 @@ def test_the_run_page_survives_a_gateway_restart_mid_run_with_each_event_once(
 
 def test_the_interrupt_box_reaches_the_runs_next_llm_request(gateway, page, llm: LLMFixture):
     q = llm.unique("interrupt")
-    llm.script(q, [reply_tool_calls([("call-i1", "slow", {"tag": "intr", "seconds": 2.0})]),
+    # A long tool call: the run is surely still in it when the message is sent, even on a
+    # loaded machine.
+    llm.script(q, [reply_tool_calls([("call-i1", "slow", {"tag": "intr", "seconds": 5.0})]),
                    reply_text("noted")], synthesis=reply_text("answer with your note"))
     run_id = submit(gateway, q)
     page.goto(gateway.url + f"/ui/#/run/{run_id}")
@@ -144,6 +146,8 @@ def test_the_interrupt_box_reaches_the_runs_next_llm_request(gateway, page, llm:
     page.fill("#interrupt-text", note)
     page.keyboard.press("Tab")
     page.keyboard.press("Enter")  # the Send button, reached by keyboard
+    wait_js(page, "document.getElementById('run-note').textContent.length > 0")
+    assert page.locator("#run-note").inner_text().startswith("Sent"), page.locator("#run-note").inner_text()
     page.wait_for_selector("article.inject", timeout=30000)
     page.wait_for_selector("#footer .badge", timeout=30000)
     later = [r for r in llm.requests_for(q) if note in json.dumps(r.get("messages", []))]
@@ -257,7 +261,7 @@ def test_with_a_token_the_page_shows_nothing_but_the_prompt(token_gateway, page,
     page.press("#token", "Enter")
     page.wait_for_selector(f'tr[data-run-id="{run_id}"]')
     page.goto(token_gateway.url + f"/ui/#/run/{run_id}")
-    page.wait_for_selector("#footer .badge", timeout=30)
+    page.wait_for_selector("#footer .badge", timeout=30000)
     assert page.locator("#answer").inner_text() == "tokened answer"
     assert not [u for u in urls if "s3cret" in u]
     # A wrong token brings the prompt back, with nothing else shown.

@@ -46,7 +46,7 @@ def test_newest_first_and_cursor_pages_cover_every_run_once(store, r, keys):
     cursor = None
     pages = 0
     while True:
-        page = index.list(RunFilter(), limit=3, cursor=cursor)
+        page = index.page(RunFilter(), limit=3, cursor=cursor)
         seen += _ids(page)
         pages += 1
         cursor = page["next_cursor"]
@@ -54,7 +54,7 @@ def test_newest_first_and_cursor_pages_cover_every_run_once(store, r, keys):
             break
     assert seen == list(reversed(made))
     assert pages <= 4
-    row = index.list(RunFilter(), limit=1)["runs"][0]
+    row = index.page(RunFilter(), limit=1)["runs"][0]
     assert set(row) >= {"run_id", "status", "model", "query", "iterations", "usage", "created_at", "updated_at"}
     assert row["status"] == "queued" and row["query"] == "question 6" and row["model"] == "m"
 
@@ -66,8 +66,8 @@ def test_runs_with_one_score_are_not_lost_between_pages(store, r, keys):
     for i in range(5):
         r.zadd(keys.runs, {f"tie{i}": 1000.0})
     index = RunsIndex(r, keys)
-    first = index.list(RunFilter(), limit=2)
-    second = index.list(RunFilter(), limit=10, cursor=first["next_cursor"])
+    first = index.page(RunFilter(), limit=2)
+    second = index.page(RunFilter(), limit=10, cursor=first["next_cursor"])
     assert _ids(first) + _ids(second) == [f"tie{i}" for i in (4, 3, 2, 1, 0)]
 
 
@@ -77,12 +77,12 @@ def test_status_sets_follow_the_run_through_commit(store, r, keys):
     index = RunsIndex(r, keys)
     st = _state(rid)
     assert store.commit(rid, st, 0, loop.begin_turn(st))
-    assert _ids(index.list(RunFilter(status="running"))) == [rid]
-    assert _ids(index.list(RunFilter(status="queued"))) == [other]
+    assert _ids(index.page(RunFilter(status="running"))) == [rid]
+    assert _ids(index.page(RunFilter(status="queued"))) == [other]
     events = loop.fail(st, "boom", now=time.time())
     assert store.commit(rid, st, 1, events)
-    assert _ids(index.list(RunFilter(status="failed"))) == [rid]
-    assert _ids(index.list(RunFilter(status="running"))) == []
+    assert _ids(index.page(RunFilter(status="failed"))) == [rid]
+    assert _ids(index.page(RunFilter(status="running"))) == []
     assert r.zscore(keys.runs_status("running"), rid) is None
 
 
@@ -90,7 +90,7 @@ def test_a_stale_status_set_never_shows_a_wrong_row(store, r, keys):
     """The hash is the truth: a set a crash left behind costs scanning, not a wrong answer."""
     rid, _ = store.create("st1", {"query": "q"})
     r.zadd(keys.runs_status("failed"), {rid: time.time()})
-    assert _ids(RunsIndex(r, keys).list(RunFilter(status="failed"))) == []
+    assert _ids(RunsIndex(r, keys).page(RunFilter(status="failed"))) == []
 
 
 def test_batch_and_thread_sets_and_combined_filters(store, r, keys):
@@ -98,12 +98,12 @@ def test_batch_and_thread_sets_and_combined_filters(store, r, keys):
     b, _ = store.create("b2", {"query": "q"}, batch_id="B")
     c, _ = store.create("b3", {"query": "q", "thread_id": "th-1"})
     index = RunsIndex(r, keys)
-    assert _ids(index.list(RunFilter(batch_id="B"))) == [b, a]
-    assert _ids(index.list(RunFilter(thread_id="th-1"))) == [c, a]
-    assert _ids(index.list(RunFilter(batch_id="B", thread_id="th-1"))) == [a]
+    assert _ids(index.page(RunFilter(batch_id="B"))) == [b, a]
+    assert _ids(index.page(RunFilter(thread_id="th-1"))) == [c, a]
+    assert _ids(index.page(RunFilter(batch_id="B", thread_id="th-1"))) == [a]
     st = _state(b)
     store.commit(b, st, 0, loop.begin_turn(st))
-    assert _ids(index.list(RunFilter(batch_id="B", status="queued"))) == [a]
+    assert _ids(index.page(RunFilter(batch_id="B", status="queued"))) == [a]
     assert r.ttl(keys.runs_batch("B")) > 0
 
 
@@ -113,9 +113,9 @@ def test_the_index_expires_with_the_runs(store, r, keys):
     kept, _ = store.create("e2", {"query": "q"}, batch_id="E")
     r.delete(keys.run(gone))
     index = RunsIndex(r, keys)
-    assert _ids(index.list(RunFilter())) == [kept]
+    assert _ids(index.page(RunFilter())) == [kept]
     assert r.zscore(keys.runs, gone) is None
-    assert _ids(index.list(RunFilter(batch_id="E"))) == [kept]
+    assert _ids(index.page(RunFilter(batch_id="E"))) == [kept]
     assert r.zscore(keys.runs_batch("E"), gone) is None
 
 
@@ -130,14 +130,14 @@ def test_the_listing_reads_no_more_than_it_needs_and_never_scans(store, r, keys,
         return real(*args, **kw)
 
     monkeypatch.setattr(r, "execute_command", spy)
-    page = RunsIndex(r, keys).list(RunFilter(), limit=5)
+    page = RunsIndex(r, keys).page(RunFilter(), limit=5)
     assert len(page["runs"]) == 5 and len(page["runs"][0]["query"]) == 200
     assert "SCAN" not in calls and "KEYS" not in calls
 
 
 def test_bad_cursor_is_a_request_error(r, keys):
     with pytest.raises(RequestError) as exc:
-        RunsIndex(r, keys).list(RunFilter(), cursor="!!not-a-cursor")
+        RunsIndex(r, keys).page(RunFilter(), cursor="!!not-a-cursor")
     assert exc.value.field == "cursor"
 
 
