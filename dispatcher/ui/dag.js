@@ -63,6 +63,16 @@
     return svg;
   }
 
+  // One finished round: the analyzer's verdict and the steps it ran (each links its run).
+  function roundView(r) {
+    const a = r.analysis;
+    const verdict = a ? `${a.achieved ? "achieved" : "not achieved"}, confidence ${Number(a.confidence).toFixed(2)}` : "no analysis";
+    return h("details", { class: "card" }, h("summary", {}, `Round ${r.round}: ${verdict}`),
+      a && a.reasoning ? h("p", {}, a.reasoning) : "",
+      h("ul", {}, (r.steps || []).map((st) => h("li", {}, h("b", {}, st.id), " ", RQ.badge(st.status), " ",
+        st.run_id ? h("a", { href: `#/run/${encodeURIComponent(st.run_id)}` }, "run") : ""))));
+  }
+
   RQ.pages.dag = function (view, dagId) {
     const ctrl = new AbortController();
     const box = h("div", { class: "dag", id: "dag-graph" });
@@ -70,9 +80,10 @@
     const info = h("p", { class: "muted", id: "dag-info", role: "status" });
     const steps = h("ol", { id: "dag-steps" });
     const answer = h("div", { class: "answer", id: "dag-answer" });
+    const rounds = h("div", { id: "dag-rounds" });
     const cancel = h("button", { type: "button", class: "danger" }, "Cancel DAG");
     view.append(h("div", { class: "runhead" }, h("h1", {}, "DAG ", h("span", { class: "mono" }, dagId)), badge, cancel),
-      info, box, h("h2", {}, "Steps"), steps, h("h2", {}, "Answer"), answer);
+      info, box, h("h2", {}, "Steps"), steps, h("h2", {}, "Rounds"), rounds, h("h2", {}, "Answer"), answer);
     cancel.addEventListener("click", async () => {
       try { await RQ.api(`/v1/dags/${encodeURIComponent(dagId)}/cancel`, { method: "POST" }); info.textContent = "Cancel requested."; }
       catch (err) { info.textContent = `Cancel failed: ${err.message}`; }
@@ -90,6 +101,7 @@
         st.run_id ? h("a", { href: `#/run/${encodeURIComponent(st.run_id)}` }, "run") : "",
         st.result ? h("details", {}, h("summary", {}, "result"), h("pre", {}, st.result)) : "")));
       answer.textContent = d.answer || (d.error ? `error: ${d.error}` : "(not yet)");
+      rounds.replaceChildren(...((d.rounds || []).length ? d.rounds.map(roundView) : [RQ.notice("No round analysed yet.")]));
       cancel.disabled = ["succeeded", "failed", "cancelled"].includes(d.status);
       done = cancel.disabled;
     }

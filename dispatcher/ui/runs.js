@@ -4,7 +4,7 @@
   const { h, s } = RQ;
   const HOUR = 3600 * 1000;
   const SAMPLES_KEY = "reactq.metrics";
-  const POLL_MS = 700; // the table: a new run shows within a second
+  const POLL_MS = 500; // the table: a new run shows within a second
   const SCRAPE_MS = 5000; // the dashboard
 
   // -- /metrics: Prometheus text → {name: [{labels, value}]} ------------------------------

@@ -240,6 +240,7 @@ def test_the_dag_page_shows_a_diamonds_four_nodes_going_green(gateway, page, llm
     assert page.locator("#dag-svg a").count() == 4  # each step links to its run
     wait_js(page, f"document.getElementById('dag-answer').textContent.includes('left beats right {uid}')",
             timeout=30)
+    assert "Round 1: achieved" in page.locator("#dag-rounds").inner_text()
     shot(page, "dag")
 
 

@@ -166,3 +166,22 @@ def test_summary_of_one_run_has_the_whole_query(store, redis_url, keys):
         row = client.get(f"/v1/runs/{rid}/summary").json()
         assert row["query"] == long_query and row["status"] == "queued"
         assert client.get("/v1/runs/nope/summary").status_code == 404
+
+
+def test_an_http_batch_files_its_runs_under_its_id(redis_url, keys, r):
+    """The batch driver submits with the batch id: GET /v1/runs?batch_id= lists its runs."""
+    import threading
+
+    from reactq.dispatcher.batch import BatchDriver, parse_obj
+    from reactq.dispatcher.client import Dispatcher
+
+    d = Dispatcher(Settings(redis_url=redis_url, key_prefix=keys.prefix))
+    d.send = lambda *a, **k: None  # nothing enqueued: this test is about the index only
+    stop = threading.Event()
+    items = [parse_obj({"query": f"line {n}"}, n) for n in (1, 2, 3)]
+    driver = BatchDriver(d, "http-batch:BX", 10, on_result=lambda res: None,
+                         on_tick=lambda t: stop.set(), stop=stop, batch_id="BX")
+    driver.run(items)
+    page = RunsIndex(r, keys).page(RunFilter(batch_id="BX"))
+    assert sorted(row["query"] for row in page["runs"]) == ["line 1", "line 2", "line 3"]
+    assert all(row["batch_id"] == "BX" for row in page["runs"])
