@@ -71,6 +71,11 @@ def test_runs_table_shows_a_new_run_within_a_second(gateway, page, llm: LLMFixtu
     page.wait_for_selector(f'tr[data-run-id="{run_id}"] .st-succeeded', timeout=5000)
     page.wait_for_selector(".chart svg")
     shot(page, "runs")
+    # Search by id: the header's box opens the run.
+    page.fill("#open-id", run_id)
+    page.press("#open-id", "Enter")
+    page.wait_for_selector("#footer .st-succeeded", timeout=10000)
+    assert page.url.endswith(f"#/run/{run_id}")
 
 
 def _page_events(page: Any) -> list[tuple[int, str]]:
@@ -119,6 +124,9 @@ def test_the_run_page_survives_a_gateway_restart_mid_run_with_each_event_once(
                    reply_text("done with tools")],
                synthesis=reply_text(answer, chunk_chars=6, chunk_delay=0.05))
     run_id = submit(gateway, q)
+    resumed_from: list[str] = []
+    page.on("request", lambda req: req.url.endswith("/events") and resumed_from.append(
+        req.headers.get("last-event-id", "")))
     page.goto(gateway.url + f"/ui/#/run/{run_id}")
     page.wait_for_selector('article.tool[data-call-id="call-r1"]')  # live, mid-run
     gateway.kill()
@@ -131,6 +139,8 @@ def test_the_run_page_survives_a_gateway_restart_mid_run_with_each_event_once(
     assert shown == [(d["seq"], ch) for ch, d in server], "each event exactly once, in order"
     assert page.locator("#answer").inner_text() == answer
     assert page.locator("article.tool").count() == 1
+    # It resumed where it was (Last-Event-ID), not from the start.
+    assert resumed_from[0] == "" and len(resumed_from) >= 2 and all(resumed_from[1:]), resumed_from
 
 
 def test_the_interrupt_box_reaches_the_runs_next_llm_request(gateway, page, llm: LLMFixture):
