@@ -119,14 +119,12 @@ class RunsIndex:
         rows: list[dict[str, Any]] = []
         scanned = 0
         last: tuple[float, str] | None = after
+        # With at most one filter that the set itself answers (batch, thread, none), every
+        # live candidate is a row: read no more than the page. Otherwise expect misses.
+        exact = sum(x is not None for x in (f.status, f.batch_id, f.thread_id)) <= 1 and f.status is None
         while len(rows) < limit and scanned < MAX_SCANNED:
-            chunk = max(limit * 2, 50)
-            # Ties (one score, several ids) come in descending id order; skip those shown.
-            batch = self.r.zrevrangebyscore(key, top, "-inf", start=0, num=chunk + 64, withscores=True)
-            cands = [(_s(m), float(sc)) for m, sc in batch]
-            if after is not None:
-                cands = [(m, sc) for m, sc in cands if sc < after[0] or (sc == after[0] and m < after[1])]
-            cands = cands[:chunk]
+            chunk = limit if exact else max(limit * 2, 50)
+            cands = self._candidates(key, top, after, chunk)
             if not cands:
                 return {"runs": rows, "next_cursor": None}
             for run_id, row in self._load(key, cands):
@@ -139,6 +137,22 @@ class RunsIndex:
             assert last is not None
             after, top = last, last[0]
         return {"runs": rows, "next_cursor": encode_cursor(*last) if last is not None else None}
+
+    def _candidates(self, key: str, top: float | str, after: tuple[float, str] | None,
+                    chunk: int) -> list[tuple[str, float]]:
+        """Up to ``chunk`` members strictly after ``after`` in (score desc, id desc) order.
+
+        Ties (one score, several ids) come in descending id order from ``top`` down; those
+        already shown are skipped, reading further while a whole window was ties."""
+        extra = 16
+        while True:
+            window = self.r.zrevrangebyscore(key, top, "-inf", start=0, num=chunk + extra, withscores=True)
+            cands = [(_s(m), float(sc)) for m, sc in window]
+            if after is not None:
+                cands = [(m, sc) for m, sc in cands if sc < after[0] or (sc == after[0] and m < after[1])]
+            if cands or len(window) < chunk + extra:
+                return cands[:chunk]
+            extra *= 4
 
     def one(self, run_id: str) -> dict[str, Any] | None:
         """One run's row with its whole query (the viewer's run page header); None if gone."""
