@@ -40,7 +40,8 @@
 
   // The quantile q of the turns observed between two samples (histogram bucket deltas).
   function quantile(a, b, q) {
-    const les = Object.keys(b.buckets).sort((x, y) => parseFloat(x) - parseFloat(y));
+    const bound = (le) => (le === "+Inf" ? Infinity : parseFloat(le));
+    const les = Object.keys(b.buckets).sort((x, y) => bound(x) - bound(y));
     const total = (b.buckets["+Inf"] || 0) - (a.buckets["+Inf"] || 0);
     if (total <= 0) return null;
     let prevLe = 0;
@@ -49,11 +50,11 @@
       const c = (b.buckets[le] || 0) - (a.buckets[le] || 0);
       if (c >= q * total) {
         if (le === "+Inf") return prevLe;
-        const bound = parseFloat(le);
+        const hi = bound(le);
         const inBucket = c - prevCount;
-        return inBucket > 0 ? prevLe + (bound - prevLe) * ((q * total - prevCount) / inBucket) : bound;
+        return inBucket > 0 ? prevLe + (hi - prevLe) * ((q * total - prevCount) / inBucket) : hi;
       }
-      prevLe = parseFloat(le) || prevLe;
+      prevLe = bound(le);
       prevCount = c;
     }
     return prevLe;
@@ -92,7 +93,11 @@
     const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": title });
     lines.forEach((l, i) => {
       const pts = l.pts.map(([t, v]) => `${(((t - now + HOUR) / HOUR) * W).toFixed(1)},${(H - 4 - (v / max) * (H - 8)).toFixed(1)}`);
-      if (pts.length) svg.append(s("polyline", { class: `c${l.c ?? i}`, points: pts.join(" ") }));
+      if (pts.length > 1) svg.append(s("polyline", { class: `c${l.c ?? i}`, points: pts.join(" ") }));
+      else if (pts.length === 1) {
+        const [cx, cy] = pts[0].split(",");
+        svg.append(s("circle", { class: `c${l.c ?? i} dot`, cx, cy, r: 2.5 }));
+      }
     });
     const latest = lines.map((l) => (l.pts.length ? l.pts[l.pts.length - 1][1] : null));
     return h("div", { class: "chart" },
