@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration bench install install-local clean down lint typecheck gates
+.PHONY: demo test test-unit test-integration test-browser bench install install-local install-browser clean down lint typecheck gates
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,13 @@ install-local: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The run viewer in headless Chromium (Debian's `chromium`; .ci/run installs it) via Playwright.
+install-browser: install
+	$(BIN)/pip install -q -e '.[test,browser]'
+
+test-browser: install-browser
+	$(BIN)/python -m pytest -q -m browser tests/browser
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit

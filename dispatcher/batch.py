@@ -201,6 +201,7 @@ class BatchDriver:
     stop: threading.Event = field(default_factory=threading.Event)
     tally: Tally = field(default_factory=Tally)
     poll: float = POLL_SECONDS
+    batch_id: str | None = None  # an HTTP batch: its runs are indexed under it
 
     def run(self, items: Iterable[BatchItem]) -> Tally:
         queue = deque(items)
@@ -232,7 +233,8 @@ class BatchDriver:
             if req.idempotency_key is None:
                 req = req.model_copy(update={"idempotency_key": idem_key(self.source, item.id, req)})
             try:
-                handle = self.dispatcher.submit(req)
+                handle = (self.dispatcher.submit(req, batch_id=self.batch_id) if self.batch_id
+                          else self.dispatcher.submit(req))
             except ValidationError as exc:
                 item.error = f"line {item.line}: {format_validation(exc)}"
                 self._report(invalid_result(item))
@@ -265,7 +267,7 @@ class BatchDriver:
         raw = d.redis.hget(d.keys.run(run_id), "status")
         if raw is None:
             log.warning("run %s was never stored (an earlier attempt died in submit); storing it", run_id)
-            d.store.create(run_id, req.model_dump(mode="json"))
+            d.store.create(run_id, req.model_dump(mode="json"), batch_id=self.batch_id)
         elif raw != b"queued":
             return
         d.send(ITERATE, [run_id, 0])
@@ -509,7 +511,8 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
             last_renew = time.monotonic()
 
     driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency,
-                         on_result=lambda res: store.add_result(batch_id, res), on_tick=tick, stop=stop)
+                         on_result=lambda res: store.add_result(batch_id, res), on_tick=tick, stop=stop,
+                         batch_id=batch_id)
     try:
         driver.run(todo)
     except (redis.RedisError, ConfigError):

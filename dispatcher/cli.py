@@ -384,6 +384,9 @@ def serve(
         from reactq.shared.redisconn import redis_url
 
         os.environ["REACTQ_REDIS_URL"] = redis_url(s)
+    from reactq.dispatcher.viewer import viewer_url
+
+    typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
     uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
 
 

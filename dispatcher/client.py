@@ -145,12 +145,14 @@ class Dispatcher:
         check_run_request(req, tools=tools, models=models)
         return req
 
-    def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None) -> RunHandle:
+    def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
+               batch_id: str | None = None) -> RunHandle:
         """Validate, store and enqueue a run. An ``idempotency_key`` seen before returns the
-        existing run and enqueues nothing."""
+        existing run and enqueues nothing. ``batch_id`` files the run under its HTTP batch
+        in the run index (``GET /v1/runs?batch_id=``)."""
         req = self.validate(request)
         rid, created = self.store.create(run_id or uuid.uuid4().hex, req.model_dump(mode="json"),
-                                         idempotency_key=req.idempotency_key)
+                                         idempotency_key=req.idempotency_key, batch_id=batch_id)
         if created:
             self.send(ITERATE, [rid, 0])
         return RunHandle(self, rid, created=created)

@@ -409,6 +409,13 @@ def main(argv: list[str] | None = None) -> int:
             started.append(flower[0])
             say(f"Flower: {flower[1]}  (every task, by run id)")
 
+        from reactq.dispatcher.viewer import start_gateway
+
+        gateway = start_gateway(redis, free_port(8000), settings.data_dir / "gateway.log",
+                                flower_url=flower[1] if flower else None)
+        if gateway:
+            started.append(gateway[0])
+            say(f"Viewer: {gateway[1]}  (every run live, as it happens)")
         questions = load_questions(args.questions)
         say(f"\nRunning {len(questions)} sample questions …")
         d = Dispatcher(settings)
@@ -426,8 +433,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"Replay a run's events: reactq watch {rows[0]['run_id']}")
         if flower and args.keep:
             say(f"Flower: {flower[1]}")
+        if gateway:
+            say(f"Viewer: {gateway[1]}")
         if args.keep:
-            say("Workers, Flower and the model stay up; Ctrl-C to stop.")
+            say("Workers, the gateway, Flower and the model stay up; Ctrl-C to stop.")
             _wait_forever()
         say("Stop the embedded Valkey with: make down")
         return 0

@@ -126,7 +126,9 @@ class BodyLimit:
 class BearerAuth:
     """Every route but ``/healthz`` needs ``Authorization: Bearer <token>``."""
 
-    OPEN = ("/healthz",)
+    # The viewer's static files hold no data: the page must load to show its token prompt.
+    OPEN = ("/healthz", "/ui")
+    OPEN_PREFIXES = ("/ui/",)
 
     def __init__(self, app: ASGIApp, token: Any) -> None:
         self.app = app
@@ -135,7 +137,8 @@ class BearerAuth:
         self.token = raw.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.OPEN:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if scope["type"] != "http" or path in self.OPEN or path.startswith(self.OPEN_PREFIXES):
             await self.app(scope, receive, send)
             return
         auth = dict(scope.get("headers") or []).get(b"authorization", b"")
@@ -461,6 +464,10 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     from reactq.dispatcher import dag_http
 
     app.include_router(dag_http.router)
+    from reactq.dispatcher import runs_index_http, ui_http
+
+    app.include_router(runs_index_http.router)
+    app.include_router(ui_http.router)
     # Outermost first: auth refuses before a large body is read at all.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:

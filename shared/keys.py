@@ -12,6 +12,10 @@
 | ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run                |
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
+| ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
+| ``runs:batch:{id}``, ``runs:thread:{id}`` | zset | create script    | refreshed at each create    |
+|   the run index behind ``GET /v1/runs`` (``shared/runs_index.py``); members whose run hash
+|   expired are dropped by the listing that meets them
 | ``leases``                        | zset   | workers               | none (member → expiry ms)   |
 | ``lease:{member}``                | string | workers (SET NX PX)   | the lease TTL               |
 | ``lease:tasks``                   | hash   | workers               | none (member → task spec)   |
@@ -50,6 +54,15 @@ class Keys:
     @property
     def runs(self) -> str:
         return f"{self.prefix}runs"
+
+    def runs_status(self, status: str) -> str:
+        return f"{self.prefix}runs:status:{status}"
+
+    def runs_batch(self, batch_id: str) -> str:
+        return f"{self.prefix}runs:batch:{batch_id}"
+
+    def runs_thread(self, thread_id: str) -> str:
+        return f"{self.prefix}runs:thread:{thread_id}"
 
     @property
     def leases(self) -> str:

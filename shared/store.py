@@ -38,17 +38,31 @@ redis.call('HSET', KEYS[1], 'pub_seq', last)
 return last
 """
 
-# KEYS: run hash, events, interrupts, tools ledger. ARGV: expected step_no, state, new
-# step_no, status, result ('' = none), now, ttl (0 = keep), maxlen, turn ('' = none), then
-# event triples.
+# KEYS: run hash, events, interrupts, tools ledger, then the run index's status sets in
+# RUN_STATUSES order. ARGV: expected step_no, state, new step_no, status, result ('' =
+# none), now, ttl (0 = keep), maxlen, turn ('' = none), the new status's position in
+# RUN_STATUSES (1-based, 0 = none), index prune-before, run id, then event triples.
 _COMMIT = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
 if cur ~= tonumber(ARGV[1]) then return -1 end
+local old = redis.call('HGET', KEYS[1], 'status')
+if old ~= ARGV[4] then
+  local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
+  local run_id = ARGV[12]
+  for k = 5, #KEYS do
+    if k - 4 == tonumber(ARGV[10]) then
+      redis.call('ZADD', KEYS[k], created, run_id)
+      redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[11])
+    else
+      redis.call('ZREM', KEYS[k], run_id)
+    end
+  end
+end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
 local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
-for i = 10, #ARGV, 3 do
+for i = 13, #ARGV, 3 do
   local seq = tonumber(ARGV[i])
   if seq > last then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
@@ -63,8 +77,10 @@ end
 return last
 """
 
-# KEYS: run hash, runs index, idempotency key ('' = none). ARGV: run id, request, now,
-# index TTL, prune-before. Returns the existing run id for a used key, else false.
+# KEYS: run hash, runs index, idempotency key ('' = none), the index's "queued" set, the
+# run's batch set and thread set ('' = none). ARGV: run id, request, now, index TTL,
+# prune-before, batch id, thread id ('' = none). Returns the existing run id for a used key,
+# else false.
 _CREATE = """
 if KEYS[3] ~= '' then
   local existing = redis.call('GET', KEYS[3])
@@ -73,10 +89,22 @@ if KEYS[3] ~= '' then
 end
 redis.call('HSET', KEYS[1], 'status', 'queued', 'request', ARGV[2], 'created_at', ARGV[3],
            'updated_at', ARGV[3], 'step_no', 0, 'pub_seq', 0)
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
+for _, k in ipairs({2, 4}) do
+  redis.call('ZADD', KEYS[k], ARGV[3], ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[5])
+end
+for k = 5, 6 do
+  if KEYS[k] ~= '' then
+    redis.call('HSET', KEYS[1], k == 5 and 'batch_id' or 'thread_id', ARGV[k + 1])
+    redis.call('ZADD', KEYS[k], ARGV[3], ARGV[1])
+    redis.call('EXPIRE', KEYS[k], ARGV[4])
+  end
+end
 return false
 """
+
+# The statuses the run index keeps a set for (the order of _COMMIT's extra KEYS).
+RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 
 # KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
 _FANIN = """
@@ -122,17 +150,25 @@ class RunStore:
         self._fanin = client.register_script(_FANIN)
 
     # -- runs -------------------------------------------------------------------------
-    def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None) -> tuple[str, bool]:
+    def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
+               batch_id: str | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
+
+        The run index (``reactq.shared.runs_index``) is written in the same script: the run
+        joins ``runs``, ``runs:status:queued`` and, when given, its batch's and thread's sets.
 
         One Lua script: the idempotency key and the run appear together or not at all, so a
         submitter killed half-way never leaves a key that points at no run.
         """
         now = time.time()
+        thread_id = request.get("thread_id") or ""  # indexed when the request carries one
         keys = [self.keys.run(run_id), self.keys.runs,
-                self.keys.idem(idempotency_key) if idempotency_key is not None else ""]
+                self.keys.idem(idempotency_key) if idempotency_key is not None else "",
+                self.keys.runs_status("queued"),
+                self.keys.runs_batch(batch_id) if batch_id else "",
+                self.keys.runs_thread(thread_id) if thread_id else ""]
         existing = self._create(keys=keys, args=[run_id, dumps(request), f"{now:.6f}", self._index_ttl,
-                                                 now - self._index_ttl])
+                                                 now - self._index_ttl, batch_id or "", thread_id])
         if existing:
             return _s(existing), False
         return run_id, True
@@ -170,8 +206,10 @@ class RunStore:
         turn = dumps(_turn(state)) if state.phase == "tools" else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
                            f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
+        position = RUN_STATUSES.index(status) + 1 if status in RUN_STATUSES else 0
+        args += [position, time.time() - self._index_ttl, run_id]
         args += _triples(events)
-        keys = self.keys.run_keys(run_id)
+        keys = self.keys.run_keys(run_id) + [self.keys.runs_status(s) for s in RUN_STATUSES]
         return int(self._commit(keys=keys, args=args)) >= 0
 
     def publish(self, run_id: str, events: list[Event]) -> int:

@@ -19,5 +19,5 @@ from celery import Celery
 from reactq.shared.settings import Settings
 from reactq.workers.config import celery_config
 
-app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dag"])
+app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dag", "reactq.workers.otel"])
 app.conf.update(celery_config(Settings()))

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from reactq.shared import otel
 from reactq.shared.engine import loop, prompts, steps
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.events import Event
@@ -134,8 +135,11 @@ def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
         rt.store.ledger_claim(run_id, call.id, uuid.uuid4().hex, step_no)
     from reactq.shared.engine.toolexec import execute_call
 
-    return rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
-                               metadata=turn.get("metadata") or {}, worker=rt.worker_name))
+    with otel.tool_span(call.name, call.id, run_id) as span:
+        outcome = rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
+                                      metadata=turn.get("metadata") or {}, worker=rt.worker_name))
+        otel.tool_outcome(span, outcome.error, outcome.blocked, outcome.uncertain)
+    return outcome
 
 
 def _fan_in(rt: Runtime, state: RunState, step_no: int, send: Send) -> list[Event] | None:

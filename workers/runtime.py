@@ -32,6 +32,7 @@ from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
 from reactq.workers.lease import Leases
 from reactq.workers.metrics import Recorder, metered_registry
+from reactq.workers.otel import traced_registry
 
 T = TypeVar("T")
 
@@ -73,8 +74,8 @@ class Runtime:
     def models(self) -> ModelRegistry:
         reg = getattr(self._local, "models", None)
         if reg is None:
-            reg = self._local.models = metered_registry(load_registry(self.settings),
-                                                        Recorder(self.redis, self.keys))
+            reg = self._local.models = traced_registry(metered_registry(load_registry(self.settings),
+                                                                        Recorder(self.redis, self.keys)))
         return reg
 
     def llm(self, name: str | None) -> LLM:

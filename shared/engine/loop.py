@@ -342,6 +342,8 @@ def _iteration_done(state: RunState, call: ToolCallRequest, out: ToolOutcome, no
         extra["artifacts"] = [a.model_dump() for a in out.artifacts]
     if out.uncertain:
         extra["uncertain"] = True
+    if out.blocked:
+        extra["blocked"] = True  # a hook refused the call (the viewer shows it as such)
     return emit(
         state, "step", type="iteration", status="done", iteration=state.iteration,
         tool_name=call.name, tool_call_id=call.id, tool_args=call.arguments,

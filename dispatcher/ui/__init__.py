@@ -1,0 +1,1 @@
+"""The run viewer's static files (index.html, app.js, app.css), served at ``/ui``."""
