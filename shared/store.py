@@ -63,20 +63,6 @@ end
 return last
 """
 
-# KEYS: run hash, runs index, idempotency key ('' = none). ARGV: run id, request, now,
-# index TTL, prune-before. Returns the existing run id for a used key, else false.
-_CREATE = """
-if KEYS[3] ~= '' then
-  local existing = redis.call('GET', KEYS[3])
-  if existing then return existing end
-  redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[4])
-end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'request', ARGV[2], 'created_at', ARGV[3],
-           'updated_at', ARGV[3], 'step_no', 0, 'pub_seq', 0)
-redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
-return false
-"""
 
 # KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
 _FANIN = """
@@ -116,7 +102,6 @@ class RunStore:
         self.maxlen = maxlen
         # Idempotency keys and the run index outlive any run (queued + running + TTL).
         self._index_ttl = ttl_seconds + 7 * 86400
-        self._create = client.register_script(_CREATE)
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT)
         self._fanin = client.register_script(_FANIN)
@@ -125,17 +110,35 @@ class RunStore:
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
-        One Lua script: the idempotency key and the run appear together or not at all, so a
-        submitter killed half-way never leaves a key that points at no run.
+        The run hash, the ``runs`` index and the idempotency key live in three slots of a
+        Redis Cluster, so no one script may write them all (see ``keys.py``). The order makes
+        a submitter killed half-way harmless: the run is written first, the key claimed last
+        (``SET NX``), so a key never points at no run; a submitter that loses the key to an
+        earlier one removes the run it wrote, and one killed before claiming it leaves a
+        queued run nobody enqueued, as a kill before enqueueing always did.
         """
         now = time.time()
-        keys = [self.keys.run(run_id), self.keys.runs,
-                self.keys.idem(idempotency_key) if idempotency_key is not None else ""]
-        existing = self._create(keys=keys, args=[run_id, dumps(request), f"{now:.6f}", self._index_ttl,
-                                                 now - self._index_ttl])
-        if existing:
-            return _s(existing), False
-        return run_id, True
+        key = self.keys.run(run_id)
+        pipe = self.r.pipeline(transaction=False)  # one round trip on one server
+        pipe.hset(key, mapping={"status": "queued", "request": dumps(request),
+                                "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
+                                "step_no": 0, "pub_seq": 0})
+        pipe.zadd(self.keys.runs, {run_id: now})
+        pipe.zremrangebyscore(self.keys.runs, "-inf", now - self._index_ttl)
+        pipe.execute()
+        if idempotency_key is None:
+            return run_id, True
+        idem = self.keys.idem(idempotency_key)
+        existing = None
+        while existing is None:  # the key may expire between SET NX and GET: claim again
+            if self.r.set(idem, run_id, nx=True, ex=self._index_ttl):
+                return run_id, True
+            existing = self.r.get(idem)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(key)
+        pipe.zrem(self.keys.runs, run_id)
+        pipe.execute()
+        return _s(existing), False
 
     def load(self, run_id: str) -> RunRecord:
         raw = self.r.hgetall(self.keys.run(run_id))

@@ -7,7 +7,7 @@ from typing import Any
 
 from kombu import Queue
 
-from reactq.shared.redisconn import broker_url
+from reactq.shared.redisconn import broker_ssl, broker_url
 from reactq.shared.settings import Settings
 
 RUNS_QUEUE = "reactq.runs"
@@ -19,8 +19,10 @@ ANSWER = "reactq.answer"
 
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Safe defaults (see ``workers/app.py`` for why each is set)."""
+    url = broker_url(settings)
     return dict(
-        broker_url=broker_url(settings),
+        broker_url=url,
+        broker_use_ssl=broker_ssl(settings, url),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import ROOT, worker_env
+from reactq.shared.keys import Keys
 from tests.scripted_server import first_user_text, reply_text
 
 pytestmark = pytest.mark.integration
@@ -64,7 +65,7 @@ def runs_with_marker(r: Any, marker: str) -> list[str]:
     ids = [i.decode() for i in r.zrange("reactq:runs", 0, -1)]
     pipe = r.pipeline(transaction=False)
     for rid in ids:
-        pipe.hget(f"reactq:run:{rid}", "request")
+        pipe.hget(Keys().run(rid), "request")
     return [rid for rid, req in zip(ids, pipe.execute()) if req and marker in json.loads(req)["query"]]
 
 

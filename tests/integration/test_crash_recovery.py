@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.dispatcher.client import Dispatcher
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
@@ -50,7 +51,7 @@ def _wait(predicate, timeout: float = 20.0, what: str = "condition") -> Any:
 
 
 def _holder(r: redis.Redis, member: str) -> int | None:
-    raw = r.hget("reactq:lease:tasks", member)
+    raw = r.hget(Keys().lease_tasks_for(member), member)
     if not raw:
         return None
     return int(json.loads(raw)["worker"].rsplit(":", 1)[1])
@@ -91,8 +92,8 @@ def test_a_worker_killed_during_a_tool_reruns_it_elsewhere_and_no_completed_tool
         reply_text("both done"),
     ])
     h = d.submit(RunRequest(query=q))
-    _wait(lambda: r.hget(f"reactq:run:{h.run_id}:tools", "fast") and
-          json.loads(r.hget(f"reactq:run:{h.run_id}:tools", "fast"))["status"] == "done",
+    _wait(lambda: r.hget(Keys().run_tools(h.run_id), "fast") and
+          json.loads(r.hget(Keys().run_tools(h.run_id), "fast"))["status"] == "done",
           what="the fast call to finish")
     _kill_holder(r, workers, f"tool:{h.run_id}:long")
     assert h.result(timeout=30)["status"] == "succeeded"
@@ -109,7 +110,7 @@ def test_a_non_idempotent_tool_killed_mid_call_is_reported_uncertain_not_rerun(c
         reply_text("I could not confirm the payment"),
     ])
     h = d.submit(RunRequest(query=q))
-    _wait(lambda: r.hget(f"reactq:run:{h.run_id}:tools", "pay"), what="the call to start")
+    _wait(lambda: r.hget(Keys().run_tools(h.run_id), "pay"), what="the call to start")
     _kill_holder(r, workers, f"tool:{h.run_id}:pay")
     assert h.result(timeout=30)["status"] == "succeeded"
     assert r.llen("reactq-test:toolruns") == 0, "not silently run again"

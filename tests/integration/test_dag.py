@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.shared.errors import RequestError
 from reactq.shared.events import Event
@@ -309,7 +310,7 @@ def test_a_low_confidence_analysis_replans_until_three_rounds(dag_cluster: Clust
 def _live_holder(c: Cluster, member: str) -> int | None:
     """The pid of the live worker holding ``member``'s lease (a dead one's record may linger
     until someone takes the lease over)."""
-    raw = c.r.hget("reactq:lease:tasks", member)
+    raw = c.r.hget(Keys().lease_tasks_for(member), member)
     if not raw:
         return None
     pid = int(json.loads(raw)["worker"].rsplit(":", 1)[1])

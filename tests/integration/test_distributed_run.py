@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 from tests.scripted_server import reply_text, reply_tool_calls
 
@@ -98,7 +99,7 @@ def test_the_tool_calls_of_one_turn_run_concurrently_on_more_than_one_worker(wor
     for a in mine:
         assert any(b is not a and b["started"] < a["ended"] and a["started"] < b["ended"] for b in mine)
     # The workers' ledger records the same picture.
-    ledger = {k.decode(): json.loads(v) for k, v in r.hgetall(f"reactq:run:{handle.run_id}:tools").items()}
+    ledger = {k.decode(): json.loads(v) for k, v in r.hgetall(Keys().run_tools(handle.run_id)).items()}
     assert len({v["outcome"]["worker"] for v in ledger.values()}) >= 2
 
 

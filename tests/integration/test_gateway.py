@@ -17,6 +17,7 @@ import httpx
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.shared.redisconn import free_port
 from tests.integration.conftest import ROOT, worker_env
 from tests.scripted_server import reply_text, reply_tool_calls
@@ -108,7 +109,7 @@ def read_sse(response: httpx.Response, *, stop_after: int | None = None) -> tupl
 
 def stream_from_redis(r: redis.Redis, run_id: str) -> list[dict[str, Any]]:
     return [{"id": i.decode(), "event": f[b"event"].decode(), "data": json.loads(f[b"data"])}
-            for i, f in r.xrange(f"reactq:run:{run_id}:events")]
+            for i, f in r.xrange(Keys().run_events(run_id))]
 
 
 def submit(api: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:

@@ -84,8 +84,8 @@ def test_a_lease_backs_off_while_held_and_is_claimed_once_after_its_holder_died(
         assert leases.claim_expired() == []
     # A holder that dies leaves its lease to expire: simulate by not releasing.
     r.set(keys.lease("run:y"), "dead", px=100)
-    r.zadd(keys.leases, {"run:y": int(time.time() * 1000) + 100})
-    r.hset(keys.lease_tasks, "run:y", '{"task": "reactq.iterate", "args": ["y", null], "queue": "reactq.runs"}')
+    r.zadd(keys.leases_for("run:y"), {"run:y": int(time.time() * 1000) + 100})
+    r.hset(keys.lease_tasks_for("run:y"), "run:y", '{"task": "reactq.iterate", "args": ["y", null], "queue": "reactq.runs"}')
     time.sleep(0.25)
     claimed = leases.claim_expired()
     assert [c["args"] for c in claimed] == [["y", None]]
