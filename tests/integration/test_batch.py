@@ -144,6 +144,7 @@ def test_a_killed_batch_resumes_without_paying_twice(redis_url, llm, workers, r,
     assert len(per_question) == 195 and set(per_question.values()) == {2}
 
 
+@pytest.mark.core
 def test_a_batch_of_only_good_lines_exits_0_and_a_rerun_submits_nothing(redis_url, llm, workers, r, tmp_path):
     marker = uuid.uuid4().hex[:10]
     src = tmp_path / "in.jsonl"

@@ -27,16 +27,17 @@ _dbs = itertools.count(1)
 
 
 @pytest.fixture
-def cluster(redis_url, llm, tmp_path):
-    url = redis_url.rsplit("/", 1)[0] + f"/{next(_dbs)}"
-    factory = WorkerFactory(url, llm, tmp_path)
+def cluster(redis_url, llm, tmp_path, backend):
+    url, env = backend.isolated(next(_dbs))
+    factory = WorkerFactory(url, llm, tmp_path, env)
     a = factory.start("crash-a", wait=False)
     b = factory.start("crash-b", wait=False)
     factory.wait_ready(a)
     factory.wait_ready(b)
     settings = Settings(redis_url=url, model="scripted", tools="tests.integration.tools:TOOLS",
-                        openai_api_key="k", openai_base_url=llm.server.base_url)
-    yield Dispatcher(settings), {a.proc.pid: a, b.proc.pid: b}, redis.Redis.from_url(url)
+                        openai_api_key="k", openai_base_url=llm.server.base_url,
+                        **backend.settings(env))
+    yield Dispatcher(settings), {a.proc.pid: a, b.proc.pid: b}, backend.client(url)
     factory.stop_all()
 
 
@@ -84,6 +85,7 @@ def test_a_worker_killed_during_an_llm_call_loses_no_run(cluster, llm):
     _check_events(d, h.run_id)
 
 
+@pytest.mark.core
 def test_a_worker_killed_during_a_tool_reruns_it_elsewhere_and_no_completed_tool_twice(cluster, llm):
     d, workers, r = cluster
     q = llm.script(llm.unique("crash during tool"), [
@@ -96,10 +98,15 @@ def test_a_worker_killed_during_a_tool_reruns_it_elsewhere_and_no_completed_tool
           json.loads(r.hget(Keys().run_tools(h.run_id), "fast"))["status"] == "done",
           what="the fast call to finish")
     _kill_holder(r, workers, f"tool:{h.run_id}:long")
+    killed_at = time.time()
     assert h.result(timeout=30)["status"] == "succeeded"
     runs = [json.loads(x) for x in r.lrange("reactq-test:toolruns", 0, -1)]
     assert [x["tag"] for x in runs].count("fast") == 1, "a completed tool never runs again"
     assert [x["tag"] for x in runs].count("long") == 1, "the killed call completed once, elsewhere"
+    # Lease (1.5 s here) + one watchdog pass: the call restarts elsewhere within 5 s.
+    resumed = next(x for x in runs if x["tag"] == "long")["started"] - killed_at
+    print(f"tool resumed {resumed:.2f}s after kill -9")
+    assert resumed <= 5.0
     _check_events(d, h.run_id)
 
 

@@ -29,6 +29,7 @@ def _sum(snap: dict[str, Any], name: str, **labels: str) -> float:
     return sum(v for k, v in snap.get(name, {}).items() if set(labels.items()) <= set(k))
 
 
+@pytest.mark.core
 def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     before = snapshot(settings)
     q = llm.script(llm.unique("metrics: what is 6*7?"), [
@@ -115,6 +116,7 @@ def test_queue_depth_counts_kombus_lists_with_their_priority_suffixes(redis_url)
     assert _value(snap, "reactq_queue_depth", queue="reactq.tools") == 1
 
 
+@pytest.mark.core
 def test_the_gateway_serves_metrics(workers, settings):
     """``GET /metrics`` on the HTTP gateway (once ``dispatcher/http.py`` exists)."""
     try:
