@@ -64,6 +64,15 @@ return last
 """
 
 
+# KEYS: tools ledger. ARGV: call id, the done record. The first "done" wins: a stale worker
+# (partitioned, then back) that finishes a call another worker already finished is refused.
+_LEDGER_DONE = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and cjson.decode(cur)['status'] == 'done' then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
 # KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
 _FANIN = """
 redis.call('SADD', KEYS[1], ARGV[1])
@@ -105,6 +114,7 @@ class RunStore:
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT)
         self._fanin = client.register_script(_FANIN)
+        self._ledger_done = client.register_script(_LEDGER_DONE)
 
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None) -> tuple[str, bool]:
@@ -227,9 +237,10 @@ class RunStore:
         rec = dumps({"status": "pending", "token": token, "step_no": step_no, "at": time.time()})
         return bool(self.r.hsetnx(self.keys.run_tools(run_id), call_id, rec))
 
-    def ledger_done(self, run_id: str, call_id: str, outcome: ToolOutcome, step_no: int) -> None:
+    def ledger_done(self, run_id: str, call_id: str, outcome: ToolOutcome, step_no: int) -> bool:
+        """Record the call's outcome; False (nothing written) when it is already done."""
         rec = {"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")}
-        self.r.hset(self.keys.run_tools(run_id), call_id, dumps(rec))
+        return bool(self._ledger_done(keys=[self.keys.run_tools(run_id)], args=[call_id, dumps(rec)]))
 
     def ledger_outcomes(self, run_id: str, call_ids: list[str]) -> dict[str, ToolOutcome]:
         """Recorded outcomes of ``call_ids`` (only those done)."""
