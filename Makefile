@@ -46,7 +46,7 @@ test-tls: install
 	$(BIN)/python -m pytest -q -m tls tests/scale
 
 test-netns: install
-	$(BIN)/python -m pytest -q -m netns tests/scale
+	$(BIN)/python -m pytest -q -s -m netns tests/scale  # -s: prints the partition figures
 
 test-scale: test-rabbitmq test-cluster test-tls test-netns
 

@@ -98,10 +98,12 @@ class Backend:
     vhost per number. A cluster has database 0 only: tests share its keyspace (ids are unique).
     """
 
-    def __init__(self, kind: str, state_url: str, vhosts: RabbitVhosts | None) -> None:
+    def __init__(self, kind: str, state_url: str, vhosts: RabbitVhosts | None,
+                 broker_redis: str | None = None) -> None:
         self.kind = kind
         self.state_url = state_url
         self.vhosts = vhosts
+        self.broker_redis = broker_redis  # a cluster's broker when there is no RabbitMQ
 
     def isolated(self, db: int) -> tuple[str, dict[str, str]]:
         """(state URL, extra worker environment) of isolated database ``db``."""
@@ -109,9 +111,12 @@ class Backend:
         return url, self.env(db)
 
     def env(self, db: int = 0) -> dict[str, str]:
-        if self.vhosts is None:
+        if self.vhosts is not None:
+            env = {"REACTQ_BROKER_URL": self.vhosts.url(f"db{db}")}
+        elif self.broker_redis is not None:
+            env = {"REACTQ_BROKER_URL": f"{self.broker_redis}/{db}"}
+        else:
             return {}
-        env = {"REACTQ_BROKER_URL": self.vhosts.url(f"db{db}")}
         if self.kind == "cluster":
             env["REACTQ_REDIS_CLUSTER"] = "true"
         return env
@@ -133,12 +138,19 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
     kind = os.environ.get("REACTQ_TEST_BACKEND", "redis")
     if kind not in ("redis", "rabbitmq", "cluster"):
         raise pytest.UsageError(f"REACTQ_TEST_BACKEND={kind!r}: use redis, rabbitmq or cluster")
-    vhosts = None
+    vhosts, broker_redis, stops = None, None, []
     if kind != "redis":
         missing = rabbit_missing()
-        if missing:
+        if missing and kind == "rabbitmq":
             pytest.skip(f"the {kind} tier needs RabbitMQ: {missing}")
-        vhosts = RabbitVhosts()
+        if missing or os.environ.get("REACTQ_TEST_CLUSTER_BROKER") == "redis":
+            # A cluster's broker: a separate, plain Redis (no RabbitMQ here, or asked for).
+            port = free_port()
+            broker = start_server(port, tmp_path_factory.mktemp("broker"))
+            broker_redis = f"redis://127.0.0.1:{port}"
+            stops.append(broker.kill)
+        else:
+            vhosts = RabbitVhosts()
     stop: Any
     if kind == "cluster":
         cluster = start_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
@@ -151,7 +163,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
         def stop() -> None:
             proc.kill()
             proc.wait()
-    backend = Backend(kind, url, vhosts)
+    backend = Backend(kind, url, vhosts, broker_redis)
     # Settings() built by a test itself (and the gateway app in-process) sees the same layout.
     saved = {k: os.environ.get(k) for k in BACKEND_VARS}
     os.environ.update(backend.env())
@@ -164,6 +176,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
             else:
                 os.environ[k] = v
         stop()
+        for extra in stops:
+            extra()
         if vhosts is not None:
             vhosts.delete_all()
 
