@@ -25,20 +25,23 @@ import urllib.request
 from typing import Any
 
 from bench.cluster import Cluster, WorkerSpec, _cpu
-from bench.runs import request, throughput
+from bench.runs import request, submit_many, throughput, wait_all
 from bench.script import Scenario
 from bench.sse import Gateway
 from reactq.dispatcher.client import Dispatcher
 
 
-def redis_per_turn(cl: Cluster, runs: int) -> dict[str, Any]:
-    d = Dispatcher(cl.settings())
+def redis_per_turn(cl: Cluster, runs: int, broker: str | None = None) -> dict[str, Any]:
+    d = Dispatcher(cl.settings(broker_url=broker))
     r = cl.redis()
     sc = Scenario(turns=3)
     throughput(d, r, sc, 20, timeout=120)  # warm the workers' connections and scripts
     r.config_resetstat()
     c0 = cl.cpu_s()
-    res = throughput(d, r, sc, runs, timeout=900)
+    t0 = time.time()
+    ids = submit_many(d, sc, runs)
+    # Polled every 2 s only: the bench's own HMGETs would otherwise count as reactq's load.
+    res = {"makespan_s": wait_all(r, ids, timeout=900, poll=2.0)["last_updated"] - t0}
     c1 = cl.cpu_s()
     turns = runs * sc.turns
     stats = r.info("commandstats")
@@ -108,12 +111,30 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--clients", type=int, default=100)
+    ap.add_argument("--rabbitmq", action="store_true",
+                    help="also measure with the broker on a vhost of the local RabbitMQ (state only on Redis)")
     args = ap.parse_args()
+    out: dict[str, Any] = {}
     with Cluster() as cl:
         cl.start_workers(WorkerSpec())
-        out = {"redis": redis_per_turn(cl, args.runs)}
+        out["redis"] = redis_per_turn(cl, args.runs)
         cl.flush()
-        out["gateway"] = gateway(cl, args.clients)
+        if args.clients:
+            out["gateway"] = gateway(cl, args.clients)
+        if args.rabbitmq:
+            from tests.backends import RabbitVhosts
+
+            vhosts = RabbitVhosts("reactq-sizing")
+            try:
+                url = vhosts.url()
+                # Every client of the bench cluster (its readiness ping too) uses that broker.
+                cl.settings = lambda **o: Cluster.settings(cl, **{"broker_url": url, **o})  # type: ignore[method-assign]
+                cl.start_workers(WorkerSpec(env={"REACTQ_BROKER_URL": url}))
+                cl.flush()
+                out["redis_state_only_broker_rabbitmq"] = redis_per_turn(cl, args.runs, broker=url)
+                cl.stop_workers()
+            finally:
+                vhosts.delete_all()
     print(json.dumps(out))
 
 

@@ -142,9 +142,9 @@ def broker_url(settings: Settings) -> str:
             raise ConfigError(
                 "REACTQ_REDIS_CLUSTER=true needs REACTQ_BROKER_URL to name RabbitMQ (amqp://…) or a "
                 "separate, non-cluster Redis: Celery's Redis transport cannot use a Redis Cluster")
-        return settings.broker_url
+        return str(settings.broker_url)
     if settings.broker_url:
-        return settings.broker_url
+        return str(settings.broker_url)
     return _with_credentials(redis_url(settings), settings)
 
 
