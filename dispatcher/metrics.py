@@ -85,6 +85,20 @@ def kombu_queue_keys(queue: str, prefix: str = "") -> list[str]:
 
 # -- reading the workers' hashes ------------------------------------------------------
 
+def _sum_shards(raws: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    """One family's hashes (the shards workers write to) summed field by field."""
+    if len(raws) == 1:
+        return raws[0]
+    total: dict[bytes, float] = {}
+    for raw in raws:
+        for k, v in raw.items():
+            try:
+                total[k] = total.get(k, 0.0) + float(v)
+            except ValueError:
+                continue
+    return {k: repr(v).encode() for k, v in total.items()}
+
+
 def _decode(raw: dict[bytes, bytes]) -> list[tuple[list[str], float]]:
     out = []
     for k, v in raw.items():
@@ -176,10 +190,15 @@ class ReactqCollector(Collector):
         client = _client(redis_url(self.settings), self.settings, state=True)
         pipe = client.pipeline(transaction=False)
         families = list(FAMILIES.values())
+        per = len(self.keys.metrics_all(INFLIGHT))
         for fam in families:
-            pipe.hgetall(self.keys.metrics(fam.name))
-        pipe.hlen(self.keys.metrics(INFLIGHT))
-        *raws, inflight = pipe.execute()
+            for key in self.keys.metrics_all(fam.name):
+                pipe.hgetall(key)
+        for key in self.keys.metrics_all(INFLIGHT):
+            pipe.hlen(key)
+        values = pipe.execute()
+        inflight = sum(values[len(families) * per:])
+        raws = [_sum_shards(values[i * per:(i + 1) * per]) for i in range(len(families))]
         for fam, raw in zip(families, raws):
             yield counter_family(fam, raw) if fam.kind == "counter" else histogram_family(fam, raw)
         yield GaugeMetricFamily("reactq_runs_in_flight",

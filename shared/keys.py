@@ -23,7 +23,7 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
-| ``metrics:{family}``              | hash   | workers               | none                        |
+| ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
 
 The rule every new key follows (so that ``REACTQ_REDIS_CLUSTER=true`` keeps working):
 
@@ -48,6 +48,9 @@ import zlib
 from dataclasses import dataclass
 
 LEASE_SHARDS = 16
+#: Metric hashes are written to one of these shards (by worker for counters, by run id for the
+#: per-run gauges) so that no single hash takes every increment; the reader sums them.
+METRICS_SHARDS = 8
 
 
 @dataclass(frozen=True)
@@ -87,8 +90,18 @@ class Keys:
     def catalog(self) -> str:
         return f"{self.prefix}catalog"
 
-    def metrics(self, name: str) -> str:
-        return f"{self.prefix}metrics:{name}"
+    def metrics(self, name: str, shard: int | None = None) -> str:
+        """``metrics:<family>`` (written before the shards existed; still read), or a shard of it."""
+        base = f"{self.prefix}metrics:{name}"
+        return base if shard is None else f"{base}:{shard}"
+
+    def metrics_all(self, name: str) -> list[str]:
+        """Every key a reader sums for one family: the unsharded one and each shard."""
+        return [self.metrics(name), *(self.metrics(name, n) for n in range(METRICS_SHARDS))]
+
+    @staticmethod
+    def metrics_shard(owner: str) -> int:
+        return zlib.crc32(owner.encode()) % METRICS_SHARDS
 
     # -- leases: sharded, each shard's keys in one slot -------------------------------
     @staticmethod

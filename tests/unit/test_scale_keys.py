@@ -63,3 +63,28 @@ def test_tls_and_acl_options(tmp_path: Path) -> None:
         "ssl_ca_certs": str(ca), "username": "app", "password": "s3cr/t"}
     # The broker falls back to the same server, with the ACL user (URL-quoted).
     assert broker_url(s) == "rediss://app:s3cr%2Ft@h:1/0"
+
+
+def test_metric_shards_written_by_many_workers_are_summed_by_the_reader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker increments its own shard of a family (no hot hash on a cluster); the
+    gateway's scrape sums the shards and the unsharded hash older workers wrote."""
+    import fakeredis
+
+    from reactq.dispatcher import metrics as reader
+    from reactq.workers.metrics import Recorder
+
+    r = fakeredis.FakeRedis()
+    owners = [f"host:{pid}" for pid in range(40)]
+    recs = [Recorder(r, K, owner=o) for o in owners]
+    assert len({rec.shard for rec in recs}) > 1
+    for rec in recs:
+        rec.batch().inc("runs_started", ["native"]).observe("run_seconds", ["succeeded"], 0.2).flush()
+    r.hincrby(K.metrics("runs_started"), '["native"]', 2)  # an unsharded, older writer
+    # Per-run gauges shard by run id: another worker finds (and removes) what one wrote.
+    recs[0].batch().hset("inflight", "run-a", "1.0").hset("inflight", "run-b", "1.0").flush()
+    recs[1].batch().hdel("inflight", "run-a").flush()
+    monkeypatch.setattr(reader, "_client", lambda *a, **k: r)
+    snap = reader.snapshot(Settings(redis_url="redis://unused:1/0"))
+    assert snap["reactq_runs_started_total"][(("mode", "native"),)] == 42
+    assert snap["reactq_run_seconds_count"][(("status", "succeeded"),)] == 40
+    assert snap["reactq_runs_in_flight"][()] == 1
