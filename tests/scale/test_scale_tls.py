@@ -75,5 +75,14 @@ def test_a_run_with_a_tool_runs_over_tls_and_the_password_is_never_logged(
         assert any(e.data.get("tool_name") == "slow" for e in events)
         assert tls.password not in worker.log.read_text(errors="replace")
         assert all(tls.password not in str(e.data) for e in events)
+        # The gateway reaches Redis and the broker (the same server) over TLS too.
+        from fastapi.testclient import TestClient
+
+        from reactq.dispatcher.http import create_app
+
+        with TestClient(create_app(settings)) as api:
+            health = api.get("/healthz").json()
+        assert (health["redis"], health["broker"]) == ("ok", "ok"), health
+        assert tls.password not in str(health)
     finally:
         factory.stop_all()
