@@ -3,8 +3,8 @@
 Each test here carries its tier's marker and runs only when that marker is selected
 (``make test-rabbitmq`` = ``-m "core or rabbitmq"``, …): the plain ``make test`` skips them
 with the command that runs them, so the default suite stays fast and CI runs each tier once.
-The integration fixtures (scripted LLM, workers, Redis) are shared from
-``tests/integration/conftest.py``.
+Each module starts the back end it needs (``tests/backends.py``); the helpers of
+``tests/integration/conftest.py`` (scripted LLM, worker processes) are reused as classes.
 """
 
 from __future__ import annotations
@@ -12,10 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from tests.integration.conftest import (  # noqa: F401  (fixtures)
-    backend, llm, r, redis_url, settings, workers,
-)
 
 TIERS = ("rabbitmq", "cluster", "tls", "netns")
 
