@@ -45,8 +45,9 @@ test-cluster: install
 test-tls: install
 	$(BIN)/python -m pytest -q -m tls tests/scale
 
+# -s: the netns tier prints the partition figures (resume time, duplicates, late writes refused).
 test-netns: install
-	$(BIN)/python -m pytest -q -s -m netns tests/scale  # -s: prints the partition figures
+	$(BIN)/python -m pytest -q -s -m netns tests/scale
 
 test-scale: test-rabbitmq test-cluster test-tls test-netns
 

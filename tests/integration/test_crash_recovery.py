@@ -71,6 +71,7 @@ def _check_events(d: Dispatcher, run_id: str) -> list:
     return events
 
 
+@pytest.mark.core
 def test_a_worker_killed_during_an_llm_call_loses_no_run(cluster, llm):
     d, workers, r = cluster
     q = llm.script(llm.unique("crash during llm"), [
