@@ -91,7 +91,7 @@ def _ping(port: int) -> bool:
 def redis_url(settings: Settings) -> str:
     """The Redis URL to use, starting the embedded server when none is configured."""
     if settings.redis_url:
-        return settings.redis_url
+        return str(settings.redis_url)
     return ensure_embedded(settings.data_dir)
 
 
@@ -189,9 +189,16 @@ def connection_options(settings: Settings, url: str) -> dict[str, Any]:
     return opts
 
 
+def _state_url(settings: Settings) -> str:
+    if settings.redis_cluster and not settings.redis_url:
+        raise ConfigError("REACTQ_REDIS_CLUSTER=true needs REACTQ_REDIS_URL to name a node of the "
+                          "cluster (the embedded server is a single node)")
+    return redis_url(settings)
+
+
 def client(settings: Settings, **kwargs: Any) -> redis.Redis:
     """The synchronous client for the state Redis (a ``RedisCluster`` in cluster mode)."""
-    url = redis_url(settings)
+    url = _state_url(settings)
     opts = {**connection_options(settings, url), **kwargs}
     if settings.redis_cluster:
         # RedisCluster shares the command API of Redis; typed as such for the callers.
@@ -201,7 +208,7 @@ def client(settings: Settings, **kwargs: Any) -> redis.Redis:
 
 def async_client(settings: Settings, **kwargs: Any) -> aioredis.Redis:
     """The asyncio client (the gateway), cluster-aware like ``client``."""
-    url = redis_url(settings)
+    url = _state_url(settings)
     opts = {**connection_options(settings, url), **kwargs}
     if settings.redis_cluster:
         return AsyncRedisCluster.from_url(url, **opts)  # type: ignore[return-value]

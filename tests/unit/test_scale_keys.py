@@ -38,6 +38,13 @@ def test_a_lease_and_its_shard_structures_share_a_slot_and_shards_spread() -> No
     assert len(slots) == LEASE_SHARDS, "each shard is its own slot, so shards spread over masters"
 
 
+def test_a_cluster_needs_a_url_naming_one_of_its_nodes() -> None:
+    from reactq.shared.redisconn import client
+
+    with pytest.raises(ConfigError, match="REACTQ_REDIS_URL"):
+        client(Settings(redis_cluster=True))
+
+
 def test_a_cluster_needs_a_broker_of_its_own() -> None:
     url = "redis://10.0.0.1:7000/0"
     with pytest.raises(ConfigError, match="REACTQ_BROKER_URL"):
