@@ -3,7 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration test-browser bench install install-local install-browser clean down lint typecheck gates
+.PHONY: demo test test-unit test-integration test-browser bench install install-local install-browser clean down lint typecheck gates \
+	test-rabbitmq test-cluster test-tls test-netns test-scale
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +40,23 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# Scale-out tiers (tests/scale, README "Scale-out"): each runs the `core` integration scenarios
+# on its back end plus its own tests; tests/scale is skipped by `make test` unless selected.
+test-rabbitmq: install
+	REACTQ_TEST_BACKEND=rabbitmq $(BIN)/python -m pytest -q -m "core or rabbitmq" tests/integration tests/scale
+
+test-cluster: install
+	REACTQ_TEST_BACKEND=cluster $(BIN)/python -m pytest -q -m "core or cluster" tests/integration tests/scale
+
+test-tls: install
+	$(BIN)/python -m pytest -q -m tls tests/scale
+
+# -s: the netns tier prints the partition figures (resume time, duplicates, late writes refused).
+test-netns: install
+	$(BIN)/python -m pytest -q -s -m netns tests/scale
+
+test-scale: test-rabbitmq test-cluster test-tls test-netns
 
 down:
 	-$(BIN)/reactq down

@@ -11,6 +11,7 @@ from bench.report import Figure, median, percentile
 from bench.runs import run_watched, throughput
 from bench.script import Scenario
 from reactq.dispatcher.client import Dispatcher
+from reactq.shared.keys import Keys
 
 
 def task_totals(d: Dispatcher) -> dict[str, int]:
@@ -196,9 +197,9 @@ def _run_keys_memory(r: Any, run_ids: list[str]) -> dict[str, float]:
     """Mean MEMORY USAGE per key kind over ``run_ids`` (bytes)."""
     kinds: dict[str, list[int]] = {}
     for rid in run_ids:
-        for key in r.scan_iter(match=f"reactq:run:{rid}*", count=100):
+        for key in r.scan_iter(match=Keys().run(rid) + "*", count=100):  # braces: literal in SCAN
             name = key.decode()
-            rest = name[len(f"reactq:run:{rid}"):]
+            rest = name[len(Keys().run(rid)):]
             kind = "hash" if not rest else rest.split(":")[1]
             kinds.setdefault(kind, []).append(int(r.memory_usage(key, samples=0) or 0))
     n = max(1, len(run_ids))
@@ -230,7 +231,7 @@ def p6_memory(cl: Cluster, d: Dispatcher, n: int, ttl: int) -> list[Figure]:
     ended = time.time()
     used = int(r.info("memory")["used_memory"])
     families = _mem_by_prefix(r)
-    alive = sum(1 for rid in r.zrange("reactq:runs", 0, -1) if r.exists(f"reactq:run:{rid.decode()}"))
+    alive = sum(1 for rid in r.zrange("reactq:runs", 0, -1) if r.exists(Keys().run(rid.decode())))
     family_delta = {k: (v - base_families.get(k, 0)) / n for k, v in families.items()
                     if abs(v - base_families.get(k, 0)) >= n}
     sample = [k.decode() for k in r.zrange("reactq:runs", -20, -1)]

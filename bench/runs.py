@@ -12,6 +12,7 @@ import redis
 from bench.script import Scenario
 from reactq.dispatcher.client import Dispatcher, RunHandle
 from reactq.shared.events import Event
+from reactq.shared.keys import Keys
 
 TERMINAL = (b"succeeded", b"failed", b"cancelled")
 
@@ -85,7 +86,7 @@ def wait_all(r: redis.Redis, ids: list[str], timeout: float, poll: float = 0.25)
         time.sleep(poll)
         pipe = r.pipeline(transaction=False)
         for rid in pending:
-            pipe.hmget(f"reactq:run:{rid}", "status", "updated_at")
+            pipe.hmget(Keys().run(rid), "status", "updated_at")
         still = []
         for rid, (status, updated) in zip(pending, pipe.execute()):
             if status in TERMINAL:

@@ -474,7 +474,7 @@ class BatchStore:
 
     # -- the driving gateway's lease -------------------------------------------------------
     def _lease(self, batch_id: str) -> str:
-        return self.keys.batch(batch_id) + ":driver"
+        return self.keys.batch_driver(batch_id)
 
     def claim(self, batch_id: str, holder: str) -> bool:
         return bool(self.r.set(self._lease(batch_id), holder, nx=True, px=self.LEASE_MS))
@@ -487,11 +487,11 @@ class BatchStore:
 
     def unfinished(self) -> list[str]:
         """Ids of batches still ``running`` (candidates for resuming at gateway start)."""
-        prefix = self.keys.batch("")
         out = []
-        for key in self.r.scan_iter(match=prefix + "*", count=1000, _type="HASH"):
-            name = key.decode()[len(prefix):]
-            if ":" not in name and self.r.hget(key, "status") == b"running":
+        # SCAN patterns take braces literally; on a cluster redis-py scans every primary.
+        for key in self.r.scan_iter(match=self.keys.batch("*"), count=1000, _type="HASH"):
+            name = self.keys.batch_id_of(key.decode())
+            if name is not None and self.r.hget(key, "status") == b"running":
                 out.append(name)
         return out
 

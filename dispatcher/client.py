@@ -25,7 +25,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
-from reactq.shared.redisconn import redis_url
+from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
@@ -106,7 +106,7 @@ class Dispatcher:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return self._redis or redis.Redis.from_url(redis_url(self.settings))
+        return self._redis or state_client(self.settings)
 
     @cached_property
     def store(self) -> RunStore:

@@ -34,7 +34,7 @@ from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.events import Event
-from reactq.shared.redisconn import redis_url
+from reactq.shared.redisconn import async_client
 from reactq.shared.requests import DagRequest
 from reactq.shared.settings import Settings
 
@@ -68,7 +68,7 @@ class DagHttp:
     @property
     def aredis(self) -> aioredis.Redis:
         if self._aredis is None:
-            self._aredis = aioredis.Redis.from_url(redis_url(self.settings))
+            self._aredis = async_client(self.settings)
         return self._aredis
 
     async def status_of(self, dag_id: str) -> str | None:

@@ -53,7 +53,7 @@ from reactq.dispatcher.client import Dispatcher
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import ConfigError, RequestError, RunNotFound
 from reactq.shared.events import Event
-from reactq.shared.redisconn import broker_url, redis_url
+from reactq.shared.redisconn import async_client, broker_ssl, broker_url, redis_url
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
 
@@ -202,7 +202,7 @@ class Gateway:
     @property
     def aredis(self) -> aioredis.Redis:
         if self._aredis is None:
-            self._aredis = aioredis.Redis.from_url(redis_url(self.settings))
+            self._aredis = async_client(self.settings)
         return self._aredis
 
     @cached_property
@@ -412,7 +412,7 @@ def _broker_ok(settings: Settings) -> bool:
     from kombu import Connection
 
     try:
-        with Connection(url, connect_timeout=2) as conn:
+        with Connection(url, connect_timeout=2, ssl=broker_ssl(settings, url) or False) as conn:
             conn.ensure_connection(max_retries=1)
         return True
     except Exception:

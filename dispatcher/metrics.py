@@ -39,7 +39,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from reactq.shared.keys import Keys
-from reactq.shared.redisconn import broker_url, redis_url
+from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
+from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
 from reactq.workers.config import RUNS_QUEUE, TOOLS_QUEUE, celery_config
 
@@ -58,12 +59,18 @@ _clients: dict[str, redis.Redis] = {}
 _lock = threading.Lock()
 
 
-def _client(url: str) -> redis.Redis:
+def _client(url: str, settings: Settings, *, state: bool) -> redis.Redis:
+    """A cached client: the state Redis (``state``; it may be a cluster and carry TLS and ACL
+    options), else the broker's Redis."""
     with _lock:
         client = _clients.get(url)
         if client is None:
-            client = _clients[url] = redis.Redis.from_url(url, socket_timeout=5,
-                                                          socket_connect_timeout=5)
+            opts: dict[str, Any] = {"socket_timeout": 5, "socket_connect_timeout": 5}
+            if state:
+                client = state_client(settings, **opts)
+            else:
+                client = redis.Redis.from_url(url, **opts, **(broker_ssl(settings, url) or {}))
+            _clients[url] = client
         return client
 
 
@@ -77,6 +84,20 @@ def kombu_queue_keys(queue: str, prefix: str = "") -> list[str]:
 
 
 # -- reading the workers' hashes ------------------------------------------------------
+
+def _sum_shards(raws: list[dict[bytes, bytes]]) -> dict[bytes, bytes]:
+    """One family's hashes (the shards workers write to) summed field by field."""
+    if len(raws) == 1:
+        return raws[0]
+    total: dict[bytes, float] = {}
+    for raw in raws:
+        for k, v in raw.items():
+            try:
+                total[k] = total.get(k, 0.0) + float(v)
+            except ValueError:
+                continue
+    return {k: repr(v).encode() for k, v in total.items()}
+
 
 def _decode(raw: dict[bytes, bytes]) -> list[tuple[list[str], float]]:
     out = []
@@ -119,8 +140,8 @@ def histogram_family(fam: Family, raw: dict[bytes, bytes]) -> HistogramMetricFam
 
 # -- queue depth -----------------------------------------------------------------------
 
-def _redis_queue_depths(url: str, prefix: str) -> tuple[dict[str, int], int]:
-    pipe = _client(url).pipeline(transaction=False)
+def _redis_queue_depths(url: str, prefix: str, settings: Settings) -> tuple[dict[str, int], int]:
+    pipe = _client(url, settings, state=False).pipeline(transaction=False)
     for q in QUEUES:
         for key in kombu_queue_keys(q, prefix):
             pipe.llen(key)
@@ -152,7 +173,7 @@ def queue_depths(settings: Settings) -> tuple[dict[str, int], int | None]:
     url = broker_url(settings)
     if is_redis_url(url):
         opts = celery_config(settings).get("broker_transport_options") or {}
-        return _redis_queue_depths(url, str(opts.get("global_keyprefix", "")))
+        return _redis_queue_depths(url, str(opts.get("global_keyprefix", "")), settings)
     return _amqp_queue_depths(url), None
 
 
@@ -166,13 +187,18 @@ class ReactqCollector(Collector):
         self.keys = Keys(settings.key_prefix)
 
     def collect(self) -> Iterator[Metric]:
-        client = _client(redis_url(self.settings))
+        client = _client(redis_url(self.settings), self.settings, state=True)
         pipe = client.pipeline(transaction=False)
         families = list(FAMILIES.values())
+        per = len(self.keys.metrics_all(INFLIGHT))
         for fam in families:
-            pipe.hgetall(self.keys.metrics(fam.name))
-        pipe.hlen(self.keys.metrics(INFLIGHT))
-        *raws, inflight = pipe.execute()
+            for key in self.keys.metrics_all(fam.name):
+                pipe.hgetall(key)
+        for key in self.keys.metrics_all(INFLIGHT):
+            pipe.hlen(key)
+        values = pipe.execute()
+        inflight = sum(values[len(families) * per:])
+        raws = [_sum_shards(values[i * per:(i + 1) * per]) for i in range(len(families))]
         for fam, raw in zip(families, raws):
             yield counter_family(fam, raw) if fam.kind == "counter" else histogram_family(fam, raw)
         yield GaugeMetricFamily("reactq_runs_in_flight",

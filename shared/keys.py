@@ -1,5 +1,9 @@
 """Every Redis key reactq uses, in one place. The prefix (``reactq:``) is ``REACTQ_KEY_PREFIX``.
 
+Braces are literal: they are Redis Cluster hash tags (only the part between the first ``{``
+and the next ``}`` picks the slot), so every key of one run, DAG or batch lands in the slot of
+its id and the run's Lua scripts touch one slot, on one shard.
+
 | key                               | type   | written by            | TTL                         |
 |-----------------------------------|--------|-----------------------|-----------------------------|
 | ``run:{id}``                      | hash   | dispatcher, workers   | ``run_ttl`` after it ends   |
@@ -16,40 +20,71 @@
 | ``runs:batch:{id}``, ``runs:thread:{id}`` | zset | create script    | refreshed at each create    |
 |   the run index behind ``GET /v1/runs`` (``shared/runs_index.py``); members whose run hash
 |   expired are dropped by the listing that meets them
-| ``leases``                        | zset   | workers               | none (member → expiry ms)   |
-| ``lease:{member}``                | string | workers (SET NX PX)   | the lease TTL               |
-| ``lease:tasks``                   | hash   | workers               | none (member → task spec)   |
+| ``lease:{lease-N}:leases``        | zset   | workers               | none (member → expiry ms)   |
+| ``lease:{lease-N}:tasks``         | hash   | workers               | none (member → task spec)   |
+| ``lease:{lease-N}:held:{member}`` | string | workers (SET NX PX)   | the lease TTL               |
+|   N = crc32(member) mod ``LEASE_SHARDS``: one shard's three keys share a slot
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
-| ``dag:{id}`` / ``dag:{id}:events``| hash / stream | DAG tasks      | as for runs                 |
-| ``metrics:*``                     | hash   | workers               | none                        |
+| ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
+| ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
+| ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
+
+The rule every new key follows (so that ``REACTQ_REDIS_CLUSTER=true`` keeps working):
+
+1. A key that belongs to one run, DAG or batch is built here from its id, with the id in
+   braces right after the kind: ``run:{id}:<what>``, ``dag:{id}:<what>``, ``batch:{id}:<what>``.
+   Ids never contain ``{`` or ``}``.
+2. A Lua script's KEYS all share one hash tag: the keys of ONE run (or DAG, batch, lease
+   shard). A script never names a cross-run key (``runs``, ``catalog``, ``metrics:*``, an
+   index, a due set, a limiter) together with a run's key: split it into per-slot calls,
+   ordered so that a crash in between leaves nothing pointing at nothing, or pipelined
+   (``pipeline(transaction=False)`` is fine across slots; ``MULTI``/``WATCH`` is not).
+3. A cross-run structure that every step writes (a hot key) is sharded into N keys with
+   their own tags (``{lease-3}``) so that the load spreads over the cluster; readers walk
+   the N shards.
+4. Multi-key commands (``MGET``, ``XREAD`` of several streams, ``SUNION``…) only within
+   one tag; ``SCAN`` patterns treat braces literally.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
+
+LEASE_SHARDS = 16
+#: Metric hashes are written to one of these shards (by worker for counters, by run id for the
+#: per-run gauges) so that no single hash takes every increment; the reader sums them.
+METRICS_SHARDS = 8
 
 
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "reactq:"
 
+    # -- one run: every key carries {run_id} -------------------------------------------
     def run(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}"
+        return f"{self.prefix}run:{{{run_id}}}"
 
     def run_events(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}:events"
+        return f"{self.run(run_id)}:events"
 
     def run_interrupts(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}:interrupts"
+        return f"{self.run(run_id)}:interrupts"
 
     def run_tools(self, run_id: str) -> str:
-        return f"{self.prefix}run:{run_id}:tools"
+        return f"{self.run(run_id)}:tools"
 
     def run_fanin(self, run_id: str, step_no: int) -> str:
-        return f"{self.prefix}run:{run_id}:fanin:{step_no}"
+        return f"{self.run(run_id)}:fanin:{step_no}"
 
+    def run_keys(self, run_id: str) -> list[str]:
+        """Every key of one run (for TTLs and clean-up); all in the run's slot."""
+        return [self.run(run_id), self.run_events(run_id), self.run_interrupts(run_id),
+                self.run_tools(run_id)]
+
+    # -- cross-run --------------------------------------------------------------------
     def idem(self, key: str) -> str:
-        return f"{self.prefix}idem:{key}"
+        return f"{self.prefix}idem:{{{key}}}"
 
     @property
     def runs(self) -> str:
@@ -65,36 +100,71 @@ class Keys:
         return f"{self.prefix}runs:thread:{thread_id}"
 
     @property
-    def leases(self) -> str:
-        return f"{self.prefix}leases"
-
-    def lease(self, member: str) -> str:
-        return f"{self.prefix}lease:{member}"
-
-    @property
-    def lease_tasks(self) -> str:
-        return f"{self.prefix}lease:tasks"
-
-    @property
     def catalog(self) -> str:
         return f"{self.prefix}catalog"
 
+    def metrics(self, name: str, shard: int | None = None) -> str:
+        """``metrics:<family>`` (written before the shards existed; still read), or a shard of it."""
+        base = f"{self.prefix}metrics:{name}"
+        return base if shard is None else f"{base}:{shard}"
+
+    def metrics_all(self, name: str) -> list[str]:
+        """Every key a reader sums for one family: the unsharded one and each shard."""
+        return [self.metrics(name), *(self.metrics(name, n) for n in range(METRICS_SHARDS))]
+
+    @staticmethod
+    def metrics_shard(owner: str) -> int:
+        return zlib.crc32(owner.encode()) % METRICS_SHARDS
+
+    # -- leases: sharded, each shard's keys in one slot -------------------------------
+    @staticmethod
+    def lease_shard(member: str) -> int:
+        return zlib.crc32(member.encode()) % LEASE_SHARDS
+
+    def _lease_base(self, shard: int) -> str:
+        return f"{self.prefix}lease:{{lease-{shard}}}"
+
+    def lease(self, member: str) -> str:
+        """The key a holder sets (``SET NX PX``) while it runs ``member``."""
+        return self.lease_held_prefix(self.lease_shard(member)) + member
+
+    def lease_held_prefix(self, shard: int) -> str:
+        return f"{self._lease_base(shard)}:held:"
+
+    def leases_of(self, shard: int) -> str:
+        """The shard's zset: member → expiry (ms)."""
+        return f"{self._lease_base(shard)}:leases"
+
+    def lease_tasks_of(self, shard: int) -> str:
+        """The shard's hash: member → the task spec to resend."""
+        return f"{self._lease_base(shard)}:tasks"
+
+    def leases_for(self, member: str) -> str:
+        return self.leases_of(self.lease_shard(member))
+
+    def lease_tasks_for(self, member: str) -> str:
+        return self.lease_tasks_of(self.lease_shard(member))
+
+    # -- one DAG, one batch ------------------------------------------------------------
     def dag(self, dag_id: str) -> str:
-        return f"{self.prefix}dag:{dag_id}"
+        return f"{self.prefix}dag:{{{dag_id}}}"
 
     def dag_events(self, dag_id: str) -> str:
-        return f"{self.prefix}dag:{dag_id}:events"
+        return f"{self.dag(dag_id)}:events"
 
     def dag_interrupts(self, dag_id: str) -> str:
-        return f"{self.prefix}dag:{dag_id}:interrupts"
+        return f"{self.dag(dag_id)}:interrupts"
 
     def batch(self, batch_id: str) -> str:
-        return f"{self.prefix}batch:{batch_id}"
+        return f"{self.prefix}batch:{{{batch_id}}}"
 
-    def metrics(self, name: str) -> str:
-        return f"{self.prefix}metrics:{name}"
+    def batch_driver(self, batch_id: str) -> str:
+        return f"{self.batch(batch_id)}:driver"
 
-    def run_keys(self, run_id: str) -> list[str]:
-        """Every key of one run (for TTLs and clean-up)."""
-        return [self.run(run_id), self.run_events(run_id), self.run_interrupts(run_id),
-                self.run_tools(run_id)]
+    def batch_id_of(self, key: str) -> str | None:
+        """The id of a ``batch:{id}`` hash key (None for any other key, e.g. ``:driver``)."""
+        head = f"{self.prefix}batch:{{"
+        if key.startswith(head) and key.endswith("}"):
+            inner = key[len(head):-1]
+            return inner if "}" not in inner and "{" not in inner else None
+        return None

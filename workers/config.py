@@ -7,7 +7,7 @@ from typing import Any
 
 from kombu import Queue
 
-from reactq.shared.redisconn import broker_url
+from reactq.shared.redisconn import broker_ssl, broker_url
 from reactq.shared.settings import Settings
 from reactq.workers import transport
 
@@ -20,10 +20,28 @@ TOOL = "reactq.tool"
 ANSWER = "reactq.answer"
 
 
+#: RabbitMQ priorities 0…9 (``x-max-priority``): a queue declared without it ignores priorities.
+AMQP_MAX_PRIORITY = 9
+
+
+def queues(url: str) -> tuple[Queue, ...]:
+    """The project's queues. On RabbitMQ they are priority queues (``x-max-priority``), so a
+    higher-priority task (interactive before batch) is delivered first; kombu's Redis
+    transport emulates priorities with one list per step and needs no argument. RabbitMQ
+    refuses to redeclare an existing queue with other arguments: a deployment whose queues
+    were declared without it deletes them once (``rabbitmqctl delete_queue``) when upgrading."""
+    if url.startswith(("amqp://", "amqps://", "pyamqp://")):
+        args = {"x-max-priority": AMQP_MAX_PRIORITY}
+        return (Queue(RUNS_QUEUE, queue_arguments=args), Queue(TOOLS_QUEUE, queue_arguments=args))
+    return (Queue(RUNS_QUEUE), Queue(TOOLS_QUEUE))
+
+
 def celery_config(settings: Settings) -> dict[str, Any]:
     """Safe defaults (see ``workers/app.py`` for why each is set)."""
+    url = broker_url(settings)
     return dict(
-        broker_url=broker_url(settings),
+        broker_url=url,
+        broker_use_ssl=broker_ssl(settings, url),
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
@@ -34,7 +52,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         worker_prefetch_multiplier=1,
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_queues=(Queue(RUNS_QUEUE), Queue(TOOLS_QUEUE)),
+        task_queues=queues(url),
         task_default_queue=RUNS_QUEUE,
         task_routes={TOOL: {"queue": TOOLS_QUEUE}},
         broker_transport_options={

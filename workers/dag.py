@@ -181,8 +181,9 @@ def _orphaned(ctx: DagContext, member: str) -> bool:
     """The lease's last holder died: its resend spec is still recorded although its key is
     gone (a normal release removes both at once, in one script)."""
     leases = ctx.rt.leases
+    # Both keys are in the member's lease shard (one slot), so a cluster pipeline is fine.
     pipe = leases.r.pipeline(transaction=False)
-    pipe.hexists(leases.keys.lease_tasks, member)
+    pipe.hexists(leases.keys.lease_tasks_for(member), member)
     pipe.exists(leases.keys.lease(member))
     spec, alive = pipe.execute()
     return bool(spec) and not alive

@@ -117,8 +117,10 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> No
     record = rt.store.ledger_get(run_id, call_id)
     if record is None or record["status"] != "done":
         outcome = _execute_once(rt, run_id, step_no, call, turn, record)
-        rt.store.ledger_done(run_id, call_id, outcome, step_no)
-        metrics.record_tool(rt, outcome)
+        if rt.store.ledger_done(run_id, call_id, outcome, step_no):
+            metrics.record_tool(rt, outcome)
+        else:  # another worker finished it while this one was cut off: its result stands
+            log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
     if rt.store.fanin(run_id, step_no, call_id) >= len(calls):
         send(ITERATE, [run_id, step_no], RUNS)
 

@@ -1,8 +1,10 @@
 """Leases: recover a crashed step in seconds, without waiting for the broker.
 
-A task holds ``lease:{member}`` (``SET NX PX``) while it runs and refreshes it every
-``ttl / 3``; the member also sits in the ``leases`` sorted set (score = expiry, ms) with
-the task's name and arguments in ``lease:tasks``. Every worker runs a watchdog thread that
+A task holds ``lease:{lease-N}:held:<member>`` (``SET NX PX``) while it runs and refreshes it
+every ``ttl / 3``; the member also sits in its shard's ``leases`` sorted set (score = expiry,
+ms) with the task's name and arguments in the shard's ``tasks`` hash. The three keys of one
+shard share a Redis Cluster hash tag (``{lease-N}``), so each script touches one slot, and
+the ``LEASE_SHARDS`` shards spread the lease traffic (every step pays it) over a cluster. Every worker runs a watchdog thread that
 looks for expired members and sends their task again. A second delivery of a step whose
 lease is alive backs off (returns at once); the step's own idempotency (compare-and-set on
 ``step_no``, the tool ledger) makes a late duplicate harmless.
@@ -25,8 +27,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis
+from redis.commands.core import Script
 
-from reactq.shared.keys import Keys
+from reactq.shared.keys import LEASE_SHARDS, Keys
+from reactq.shared.redisconn import is_cluster
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,8 @@ return 0
 """
 
 # Claim expired members for resending: push their expiry forward so only one watchdog
-# resends each. KEYS: leases zset, lease:tasks hash. ARGV: now ms, grace ms, prefix.
+# resends each. KEYS: leases zset, lease:tasks hash (one shard). ARGV: now ms, grace ms,
+# the shard's held-key prefix (the keys it builds are in the same slot).
 _CLAIM = """
 local out = {}
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
@@ -107,7 +112,7 @@ class Leases:
         key = self.keys.lease(member)
         deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
         spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
-        lease_keys = [key, self.keys.leases, self.keys.lease_tasks]
+        lease_keys = [key, self.keys.leases_for(member), self.keys.lease_tasks_for(member)]
         while not self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
                                                        member, spec]):
             if time.monotonic() >= deadline:
@@ -139,22 +144,30 @@ class Leases:
                 held = list(self._held.items())
             if not held:
                 continue
-            pipe = self.r.pipeline(transaction=False)
             expiry = _now_ms() + self.ttl_ms
-            for token, (key, member) in held:
-                self._renew(keys=[key, self.keys.leases], args=[token, self.ttl_ms, expiry, member],
-                            client=pipe)
+            calls = [([key, self.keys.leases_for(member)], [token, self.ttl_ms, expiry, member])
+                     for token, (key, member) in held]
             try:
-                pipe.execute()
+                self._run_all(self._renew, calls)
             except redis.RedisError:  # a blip: the next beat tries again
                 log.warning("lease heartbeat failed for %s", ", ".join(m for _, (_, m) in held))
 
     def claim_expired(self) -> list[dict[str, Any]]:
         """Specs of tasks whose holder died; each is returned to one caller only."""
-        grace = self.ttl_ms * 3
-        raw = self._claim(keys=[self.keys.leases, self.keys.lease_tasks],
-                          args=[_now_ms(), grace, self.keys.lease("")])
-        return [json.loads(s) for s in raw]
+        grace, now = self.ttl_ms * 3, _now_ms()
+        calls = [([self.keys.leases_of(n), self.keys.lease_tasks_of(n)],
+                  [now, grace, self.keys.lease_held_prefix(n)]) for n in range(LEASE_SHARDS)]
+        return [json.loads(s) for raw in self._run_all(self._claim, calls) for s in raw]
+
+    def _run_all(self, script: Script, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        """One script call per (keys, args): pipelined on one server; on a cluster one by one,
+        since each call may go to another shard (redis-py's cluster pipeline runs no scripts)."""
+        if is_cluster(self.r):
+            return [script(keys=k, args=a) for k, a in calls]
+        pipe = self.r.pipeline(transaction=False)
+        for k, a in calls:
+            script(keys=k, args=a, client=pipe)
+        return list(pipe.execute())
 
 
 class Watchdog(threading.Thread):

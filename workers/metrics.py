@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -78,12 +80,12 @@ class Batch:
         return self
 
     def hset(self, name: str, field: str, value: str) -> Batch:
-        self.pipe.hset(self.rec.key(name), field, value)
+        self.pipe.hset(self.rec.run_key(name, field), field, value)
         self.size += 1
         return self
 
     def hdel(self, name: str, field: str) -> Batch:
-        self.pipe.hdel(self.rec.key(name), field)
+        self.pipe.hdel(self.rec.run_key(name, field), field)
         self.size += 1
         return self
 
@@ -99,12 +101,20 @@ class Batch:
 class Recorder:
     """Writes metric updates for one Redis client and key prefix."""
 
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.Redis, keys: Keys, owner: str | None = None) -> None:
         self.client = client
         self.keys = keys
+        # Counters go to this process's shard: every worker increments a different hash, so
+        # a Redis Cluster spreads them (the reader sums the shards).
+        self.shard = Keys.metrics_shard(owner or f"{socket.gethostname()}:{os.getpid()}")
 
     def key(self, name: str) -> str:
-        return self.keys.metrics(name)
+        return self.keys.metrics(name, self.shard)
+
+    def run_key(self, name: str, run_id: str) -> str:
+        """The per-run hashes (in-flight runs, turn starts) shard by run id: any worker that
+        takes a run's next step finds what the previous one wrote."""
+        return self.keys.metrics(name, Keys.metrics_shard(run_id))
 
     def batch(self) -> Batch:
         return Batch(self)
@@ -168,7 +178,7 @@ def _on_commit(rec: Recorder, state: RunState, step_no: int, events: list[Event]
     fan_in = not llm_turn and any(_is(e, "step", "iteration", "done") for e in events)
     turn_start: float | None = None
     if fan_in:
-        raw = rec.client.hget(rec.key(TURNS), rid)
+        raw = rec.client.hget(rec.run_key(TURNS, rid), rid)
         turn_start = float(raw) if raw else None
     b = rec.batch()
     if step_no == 0:

@@ -24,7 +24,7 @@ from reactq.shared.hooks import HookRegistry
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry, load_registry
-from reactq.shared.redisconn import redis_url
+from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.store import RunStore
 from reactq.shared.tools.base import ToolRegistry
@@ -46,7 +46,7 @@ class Runtime:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(redis_url(self.settings), health_check_interval=30)
+        return redis_client(self.settings, health_check_interval=30)
 
     @cached_property
     def store(self) -> RunStore:

@@ -31,16 +31,30 @@ def send(task: str, args: list[Any], queue: str) -> None:
     app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
 
 
-@app.task(name="reactq.iterate", ignore_result=True)
-def iterate(run_id: str, step_no: int | None = None) -> None:
+def _resume_step(task: Any, step_no: int | None) -> int | None:
+    """A redelivered step resumes whatever is current (None), as the watchdog's resend does.
+
+    RabbitMQ redelivers a dead holder's message at once. Steps run back to back in one task,
+    so the holder may have committed that message's step and died in a later one: taken
+    literally, the message is stale, the new holder would return and release the lease —
+    and with it the dead holder's resend record — and the run would never resume. The lease
+    we hold guarantees that no other step of the run is in progress."""
+    info = getattr(task.request, "delivery_info", None) or {}
+    return None if info.get("redelivered") else step_no
+
+
+@app.task(name="reactq.iterate", ignore_result=True, bind=True)
+def iterate(self: Any, run_id: str, step_no: int | None = None) -> None:
+    step_no = _resume_step(self, step_no)
     rt = runtime()
     with rt.leases.hold(f"run:{run_id}", "reactq.iterate", [run_id, None], drive.RUNS) as held:
         if held:
             drive.iterate(rt, run_id, step_no, send)
 
 
-@app.task(name="reactq.answer", ignore_result=True)
-def answer(run_id: str, step_no: int | None = None) -> None:
+@app.task(name="reactq.answer", ignore_result=True, bind=True)
+def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
+    step_no = _resume_step(self, step_no)
     rt = runtime()
     with rt.leases.hold(f"run:{run_id}", "reactq.answer", [run_id, None], drive.RUNS) as held:
         if held:

@@ -6,6 +6,9 @@
   query with ``llm.script(query, turns, synthesis=...)``.
 * ``workers``: two real ``celery worker`` processes (threads pool) for the session;
   ``worker_factory`` starts extra ones a test may kill.
+* ``REACTQ_TEST_BACKEND`` = ``redis`` (default) | ``rabbitmq`` | ``cluster`` lays the same
+  fixtures out on another back end (``tests/backends.py``): the scale tiers run the tests
+  marked ``core`` that way (``make test-rabbitmq``, ``make test-cluster``).
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ from typing import Any
 import pytest
 import redis
 
+from reactq.shared.redisconn import client as state_client
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
+from tests.backends import RabbitVhosts, rabbit_missing, start_redis_cluster
 from tests.scripted_server import (
     Reply,
     ScriptedServer,
@@ -85,18 +90,106 @@ class LLMFixture:
         return [r.body for r in self.server.requests if first_user_text(r.body) == query]
 
 
+class Backend:
+    """Where state and broker live for this session (``REACTQ_TEST_BACKEND``).
+
+    ``isolated(db)`` gives a test its own broker (and, on one server, its own database), so
+    that only the workers it starts see its tasks: a Redis database number, or a RabbitMQ
+    vhost per number. A cluster has database 0 only: tests share its keyspace (ids are unique).
+    """
+
+    def __init__(self, kind: str, state_url: str, vhosts: RabbitVhosts | None,
+                 broker_redis: str | None = None) -> None:
+        self.kind = kind
+        self.state_url = state_url
+        self.vhosts = vhosts
+        self.broker_redis = broker_redis  # a cluster's broker when there is no RabbitMQ
+
+    def isolated(self, db: int) -> tuple[str, dict[str, str]]:
+        """(state URL, extra worker environment) of isolated database ``db``."""
+        url = self.state_url if self.kind == "cluster" else self.state_url.rsplit("/", 1)[0] + f"/{db}"
+        return url, self.env(db)
+
+    def env(self, db: int = 0) -> dict[str, str]:
+        if self.vhosts is not None:
+            env = {"REACTQ_BROKER_URL": self.vhosts.url(f"db{db}")}
+        elif self.broker_redis is not None:
+            env = {"REACTQ_BROKER_URL": f"{self.broker_redis}/{db}"}
+        else:
+            return {}
+        if self.kind == "cluster":
+            env["REACTQ_REDIS_CLUSTER"] = "true"
+        return env
+
+    def settings(self, env: dict[str, str]) -> dict[str, Any]:
+        """``Settings`` keyword arguments matching ``env``."""
+        return {"broker_url": env.get("REACTQ_BROKER_URL"),
+                "redis_cluster": env.get("REACTQ_REDIS_CLUSTER") == "true"}
+
+    def client(self, url: str) -> redis.Redis:
+        return state_client(Settings(redis_url=url, redis_cluster=self.kind == "cluster"))
+
+
+BACKEND_VARS = ("REACTQ_BROKER_URL", "REACTQ_REDIS_CLUSTER")
+
+
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    proc = start_server(port, tmp_path_factory.mktemp("redis"))
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.kill()
-    proc.wait()
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    kind = os.environ.get("REACTQ_TEST_BACKEND", "redis")
+    if kind not in ("redis", "rabbitmq", "cluster"):
+        raise pytest.UsageError(f"REACTQ_TEST_BACKEND={kind!r}: use redis, rabbitmq or cluster")
+    vhosts, broker_redis, stops = None, None, []
+    if kind != "redis":
+        missing = rabbit_missing()
+        if missing and kind == "rabbitmq":
+            pytest.skip(f"the {kind} tier needs RabbitMQ: {missing}")
+        if missing or os.environ.get("REACTQ_TEST_CLUSTER_BROKER") == "redis":
+            # A cluster's broker: a separate, plain Redis (no RabbitMQ here, or asked for).
+            port = free_port()
+            broker = start_server(port, tmp_path_factory.mktemp("broker"))
+            broker_redis = f"redis://127.0.0.1:{port}"
+            stops.append(broker.kill)
+        else:
+            vhosts = RabbitVhosts()
+    stop: Any
+    if kind == "cluster":
+        cluster = start_redis_cluster(tmp_path_factory.mktemp("redis-cluster"))
+        url, stop = cluster.url, cluster.stop
+    else:
+        port = free_port()
+        proc = start_server(port, tmp_path_factory.mktemp("redis"))
+        url = f"redis://127.0.0.1:{port}/0"
+
+        def stop() -> None:
+            proc.kill()
+            proc.wait()
+    backend = Backend(kind, url, vhosts, broker_redis)
+    # Settings() built by a test itself (and the gateway app in-process) sees the same layout.
+    saved = {k: os.environ.get(k) for k in BACKEND_VARS}
+    os.environ.update(backend.env())
+    try:
+        yield backend
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        stop()
+        for extra in stops:
+            extra()
+        if vhosts is not None:
+            vhosts.delete_all()
+
+
+@pytest.fixture(scope="session")
+def redis_url(backend: Backend) -> str:
+    return backend.state_url
 
 
 @pytest.fixture
-def r(redis_url: str) -> redis.Redis:
-    return redis.Redis.from_url(redis_url)
+def r(redis_url: str, backend: Backend) -> redis.Redis:
+    return backend.client(redis_url)
 
 
 @pytest.fixture(scope="session")
@@ -120,6 +213,9 @@ def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )
+    # The session's back end (set in os.environ by the ``backend`` fixture: this module may be
+    # imported twice, as ``conftest`` and as ``tests.integration.conftest``).
+    env.update({k: os.environ[k] for k in BACKEND_VARS if k in os.environ})
     env.update(extra)
     return env
 
@@ -146,10 +242,12 @@ class Worker:
 
 
 class WorkerFactory:
-    def __init__(self, redis_url: str, llm: LLMFixture, tmp: Path) -> None:
+    def __init__(self, redis_url: str, llm: LLMFixture, tmp: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.redis_url = redis_url
         self.llm = llm
         self.tmp = tmp
+        self.env = env or {}  # e.g. an isolated broker (Backend.isolated)
         self.started: list[Worker] = []
 
     def start(self, name: str | None = None, *, queues: str = "reactq.runs,reactq.tools",
@@ -159,7 +257,7 @@ class WorkerFactory:
         cmd = [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
                "--pool", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
                "--without-mingle", "--without-gossip", "-E", "-l", "INFO"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.redis_url, self.llm, **env),
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.redis_url, self.llm, **{**self.env, **env}),
                                 stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
         worker = Worker(name, proc, log)
         self.started.append(worker)
@@ -203,9 +301,10 @@ def worker_factory(redis_url: str, llm: LLMFixture, tmp_path: Path) -> Iterator[
 
 
 @pytest.fixture
-def settings(redis_url: str, llm: LLMFixture) -> Settings:
+def settings(redis_url: str, llm: LLMFixture, backend: Backend) -> Settings:
     return Settings(redis_url=redis_url, model="scripted", tools="tests.integration.tools:TOOLS", demo_tools=True,
-                    openai_api_key="test-key", openai_base_url=llm.server.base_url)
+                    openai_api_key="test-key", openai_base_url=llm.server.base_url,
+                    **backend.settings(backend.env()))
 
 
 @pytest.fixture

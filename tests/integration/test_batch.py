@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import ROOT, worker_env
+from reactq.shared.keys import Keys
 from tests.scripted_server import first_user_text, reply_text
 
 pytestmark = pytest.mark.integration
@@ -64,7 +65,7 @@ def runs_with_marker(r: Any, marker: str) -> list[str]:
     ids = [i.decode() for i in r.zrange("reactq:runs", 0, -1)]
     pipe = r.pipeline(transaction=False)
     for rid in ids:
-        pipe.hget(f"reactq:run:{rid}", "request")
+        pipe.hget(Keys().run(rid), "request")
     return [rid for rid, req in zip(ids, pipe.execute()) if req and marker in json.loads(req)["query"]]
 
 
@@ -143,6 +144,7 @@ def test_a_killed_batch_resumes_without_paying_twice(redis_url, llm, workers, r,
     assert len(per_question) == 195 and set(per_question.values()) == {2}
 
 
+@pytest.mark.core
 def test_a_batch_of_only_good_lines_exits_0_and_a_rerun_submits_nothing(redis_url, llm, workers, r, tmp_path):
     marker = uuid.uuid4().hex[:10]
     src = tmp_path / "in.jsonl"

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.dispatcher.client import Dispatcher
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
@@ -26,16 +27,17 @@ _dbs = itertools.count(1)
 
 
 @pytest.fixture
-def cluster(redis_url, llm, tmp_path):
-    url = redis_url.rsplit("/", 1)[0] + f"/{next(_dbs)}"
-    factory = WorkerFactory(url, llm, tmp_path)
+def cluster(redis_url, llm, tmp_path, backend):
+    url, env = backend.isolated(next(_dbs))
+    factory = WorkerFactory(url, llm, tmp_path, env)
     a = factory.start("crash-a", wait=False)
     b = factory.start("crash-b", wait=False)
     factory.wait_ready(a)
     factory.wait_ready(b)
     settings = Settings(redis_url=url, model="scripted", tools="tests.integration.tools:TOOLS", demo_tools=True,
-                        openai_api_key="k", openai_base_url=llm.server.base_url)
-    yield Dispatcher(settings), {a.proc.pid: a, b.proc.pid: b}, redis.Redis.from_url(url)
+                        openai_api_key="k", openai_base_url=llm.server.base_url,
+                        **backend.settings(env))
+    yield Dispatcher(settings), {a.proc.pid: a, b.proc.pid: b}, backend.client(url)
     factory.stop_all()
 
 
@@ -50,7 +52,7 @@ def _wait(predicate, timeout: float = 20.0, what: str = "condition") -> Any:
 
 
 def _holder(r: redis.Redis, member: str) -> int | None:
-    raw = r.hget("reactq:lease:tasks", member)
+    raw = r.hget(Keys().lease_tasks_for(member), member)
     if not raw:
         return None
     return int(json.loads(raw)["worker"].rsplit(":", 1)[1])
@@ -69,6 +71,7 @@ def _check_events(d: Dispatcher, run_id: str) -> list:
     return events
 
 
+@pytest.mark.core
 def test_a_worker_killed_during_an_llm_call_loses_no_run(cluster, llm):
     d, workers, r = cluster
     q = llm.script(llm.unique("crash during llm"), [
@@ -83,6 +86,7 @@ def test_a_worker_killed_during_an_llm_call_loses_no_run(cluster, llm):
     _check_events(d, h.run_id)
 
 
+@pytest.mark.core
 def test_a_worker_killed_during_a_tool_reruns_it_elsewhere_and_no_completed_tool_twice(cluster, llm):
     d, workers, r = cluster
     q = llm.script(llm.unique("crash during tool"), [
@@ -91,14 +95,19 @@ def test_a_worker_killed_during_a_tool_reruns_it_elsewhere_and_no_completed_tool
         reply_text("both done"),
     ])
     h = d.submit(RunRequest(query=q))
-    _wait(lambda: r.hget(f"reactq:run:{h.run_id}:tools", "fast") and
-          json.loads(r.hget(f"reactq:run:{h.run_id}:tools", "fast"))["status"] == "done",
+    _wait(lambda: r.hget(Keys().run_tools(h.run_id), "fast") and
+          json.loads(r.hget(Keys().run_tools(h.run_id), "fast"))["status"] == "done",
           what="the fast call to finish")
     _kill_holder(r, workers, f"tool:{h.run_id}:long")
+    killed_at = time.time()
     assert h.result(timeout=30)["status"] == "succeeded"
     runs = [json.loads(x) for x in r.lrange("reactq-test:toolruns", 0, -1)]
     assert [x["tag"] for x in runs].count("fast") == 1, "a completed tool never runs again"
     assert [x["tag"] for x in runs].count("long") == 1, "the killed call completed once, elsewhere"
+    # Lease (1.5 s here) + one watchdog pass: the call restarts elsewhere within 5 s.
+    resumed = next(x for x in runs if x["tag"] == "long")["started"] - killed_at
+    print(f"tool resumed {resumed:.2f}s after kill -9")
+    assert resumed <= 5.0
     _check_events(d, h.run_id)
 
 
@@ -109,7 +118,7 @@ def test_a_non_idempotent_tool_killed_mid_call_is_reported_uncertain_not_rerun(c
         reply_text("I could not confirm the payment"),
     ])
     h = d.submit(RunRequest(query=q))
-    _wait(lambda: r.hget(f"reactq:run:{h.run_id}:tools", "pay"), what="the call to start")
+    _wait(lambda: r.hget(Keys().run_tools(h.run_id), "pay"), what="the call to start")
     _kill_holder(r, workers, f"tool:{h.run_id}:pay")
     assert h.result(timeout=30)["status"] == "succeeded"
     assert r.llen("reactq-test:toolruns") == 0, "not silently run again"

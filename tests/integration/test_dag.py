@@ -26,12 +26,13 @@ from typing import Any
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.shared.errors import RequestError
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, PlanStepIn
 from reactq.shared.settings import Settings
-from tests.integration.conftest import LLMFixture, Worker, WorkerFactory
+from tests.integration.conftest import Backend, LLMFixture, Worker, WorkerFactory
 from tests.scripted_server import Reply, first_user_text, reply_error, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.integration
@@ -59,19 +60,20 @@ class Cluster:
         self.workers = workers
 
 
-def _cluster(redis_url: str, llm: LLMFixture, tmp: Path, db: int,
+def _cluster(backend: Backend, llm: LLMFixture, tmp: Path, db: int,
              layout: list[tuple[str, str, int]]) -> Iterator[Cluster]:
-    url = redis_url.rsplit("/", 1)[0] + f"/{db}"
-    r = redis.Redis.from_url(url)
-    r.flushdb()
+    url, env = backend.isolated(db)
+    r = backend.client(url)
+    if backend.kind != "cluster":  # a cluster has one database, shared by the session
+        r.flushdb()
     models = registry_file(tmp / "models.toml", llm.server.base_url)
-    factory = WorkerFactory(url, llm, tmp)
+    factory = WorkerFactory(url, llm, tmp, env)
     started = [factory.start(name, queues=queues, concurrency=c, wait=False,
                              REACTQ_MODELS=str(models)) for name, queues, c in layout]
     for w in started:
         factory.wait_ready(w)
     settings = Settings(redis_url=url, models=models, tools="tests.integration.tools:TOOLS",
-                        openai_api_key="k", demo_tools=True)
+                        openai_api_key="k", demo_tools=True, **backend.settings(env))
     yield Cluster(DagDispatcher(settings), r, {w.proc.pid: w for w in started})
     # All at once: a warm shutdown waits for the task in flight, and these add up.
     for w in started:
@@ -86,19 +88,19 @@ def _cluster(redis_url: str, llm: LLMFixture, tmp: Path, db: int,
 
 
 @pytest.fixture(scope="module")
-def dag_cluster(redis_url: str, llm: LLMFixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def dag_cluster(backend: Backend, llm: LLMFixture, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     # One worker for runs and DAG tasks, and single-slot tool workers: tool calls that run
     # at once must be on different processes. Three of them, so that a call's duplicate
     # delivery (which waits on the call's lease) cannot hold back the other call.
-    yield from _cluster(redis_url, llm, tmp_path_factory.mktemp("dag"), 12, [
+    yield from _cluster(backend, llm, tmp_path_factory.mktemp("dag"), 12, [
         ("dag-runs", "reactq.runs", 6), ("dag-tools-1", "reactq.tools", 1),
         ("dag-tools-2", "reactq.tools", 1), ("dag-tools-3", "reactq.tools", 1)])
 
 
 @pytest.fixture
-def crash_cluster(redis_url: str, llm: LLMFixture, tmp_path: Path) -> Iterator[Cluster]:
+def crash_cluster(backend: Backend, llm: LLMFixture, tmp_path: Path) -> Iterator[Cluster]:
     both = "reactq.runs,reactq.tools"
-    yield from _cluster(redis_url, llm, tmp_path, 13, [
+    yield from _cluster(backend, llm, tmp_path, 13, [
         ("dag-crash-a", both, 2), ("dag-crash-b", both, 2), ("dag-crash-c", both, 2)])
 
 
@@ -173,6 +175,7 @@ def step(status: dict[str, Any], step_id: str) -> dict[str, Any]:
 
 # -- tests ------------------------------------------------------------------------------------
 
+@pytest.mark.core
 def test_a_diamond_runs_b_and_c_at_once_on_different_workers_and_d_gets_both_results(
         dag_cluster: Cluster, llm: LLMFixture) -> None:
     uid = uuid.uuid4().hex[:8]
@@ -309,7 +312,7 @@ def test_a_low_confidence_analysis_replans_until_three_rounds(dag_cluster: Clust
 def _live_holder(c: Cluster, member: str) -> int | None:
     """The pid of the live worker holding ``member``'s lease (a dead one's record may linger
     until someone takes the lease over)."""
-    raw = c.r.hget("reactq:lease:tasks", member)
+    raw = c.r.hget(Keys().lease_tasks_for(member), member)
     if not raw:
         return None
     pid = int(json.loads(raw)["worker"].rsplit(":", 1)[1])
@@ -353,6 +356,7 @@ def test_killing_workers_mid_dag_still_finishes_it_with_each_step_run_once(
     assert completed == ["A", "B"]
 
 
+@pytest.mark.core
 def test_cancel_stops_running_steps_and_skips_pending_ones(dag_cluster: Cluster, llm: LLMFixture) -> None:
     uid = uuid.uuid4().hex[:8]
     goal = f"Cancel me [{uid}]"

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 from tests.scripted_server import reply_text, reply_tool_calls
 
@@ -81,6 +82,7 @@ async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runne
     assert _normalized(remote) == _normalized(sink.events)
 
 
+@pytest.mark.core
 def test_the_tool_calls_of_one_turn_run_concurrently_on_more_than_one_worker(workers, dispatcher, llm, r):
     """Issue 3: each tool call is its own task; one turn's calls overlap on several processes."""
     tags = [f"par-{i}-{llm.unique('t')[-9:-1]}" for i in range(4)]
@@ -98,10 +100,11 @@ def test_the_tool_calls_of_one_turn_run_concurrently_on_more_than_one_worker(wor
     for a in mine:
         assert any(b is not a and b["started"] < a["ended"] and a["started"] < b["ended"] for b in mine)
     # The workers' ledger records the same picture.
-    ledger = {k.decode(): json.loads(v) for k, v in r.hgetall(f"reactq:run:{handle.run_id}:tools").items()}
+    ledger = {k.decode(): json.loads(v) for k, v in r.hgetall(Keys().run_tools(handle.run_id)).items()}
     assert len({v["outcome"]["worker"] for v in ledger.values()}) >= 2
 
 
+@pytest.mark.core
 def test_interrupts_reach_the_next_llm_request_as_the_seed_specifies(workers, dispatcher, llm):
     """S54/S55 distributed: a message sent during a slow turn is drained after the tool results."""
     q = llm.script(llm.unique("interrupt me"), [
@@ -122,6 +125,7 @@ def test_interrupts_reach_the_next_llm_request_as_the_seed_specifies(workers, di
     assert second[-1]["content"].startswith("[USER INTERRUPT]: use metric units")
 
 
+@pytest.mark.core
 def test_cancel_ends_the_run_cancelled_with_a_valid_history(workers, dispatcher, llm):
     """Issue 3: cancel at the next step boundary; open tool calls are answered; done is last."""
     q = llm.script(llm.unique("cancel me"), [
@@ -141,6 +145,7 @@ def test_cancel_ends_the_run_cancelled_with_a_valid_history(workers, dispatcher,
     assert state.messages[-1].tool_call_id == "c1"
 
 
+@pytest.mark.core
 def test_an_idempotency_key_submitted_twice_makes_one_run(workers, dispatcher, llm, r):
     """Issue 3: same key → same run id, enqueued once."""
     q = llm.script(llm.unique("idempotent"), [reply_text("hello")])

@@ -17,6 +17,7 @@ import httpx
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.shared.redisconn import free_port
 from tests.integration.conftest import ROOT, worker_env
 from tests.scripted_server import reply_text, reply_tool_calls
@@ -108,7 +109,7 @@ def read_sse(response: httpx.Response, *, stop_after: int | None = None) -> tupl
 
 def stream_from_redis(r: redis.Redis, run_id: str) -> list[dict[str, Any]]:
     return [{"id": i.decode(), "event": f[b"event"].decode(), "data": json.loads(f[b"data"])}
-            for i, f in r.xrange(f"reactq:run:{run_id}:events")]
+            for i, f in r.xrange(Keys().run_events(run_id))]
 
 
 def submit(api: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +121,7 @@ def submit(api: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------- tests
 
 
+@pytest.mark.core
 def test_a_run_submitted_over_http_streams_its_events_as_sse_until_done(api, llm):
     q = llm.script(llm.unique("http: what is 17*23?"), [
         reply_tool_calls([("c1", "calculator", {"expression": "17*23"})]),
@@ -171,6 +173,7 @@ def test_a_reconnect_with_last_event_id_gets_exactly_the_missed_events(api, llm,
     assert api.get(created["events_url"], headers={"Last-Event-ID": "yesterday"}).status_code == 422
 
 
+@pytest.mark.core
 def test_interrupt_and_cancel_over_http_and_keepalive_comments(api, llm):
     q = llm.script(llm.unique("http: interrupt then cancel"), [
         reply_tool_calls([("c1", "slow", {"tag": "http-cancel", "seconds": 5})]),
@@ -298,6 +301,7 @@ def _wait_batch(api: httpx.Client, batch_id: str, timeout: float = 30) -> dict[s
     raise AssertionError(f"batch {batch_id} not done: {view}")
 
 
+@pytest.mark.core
 def test_http_batches_as_json_and_jsonl(api, llm):
     qs = [llm.script(llm.unique(f"http batch {i}"), [reply_text(f"a{i}")], synthesis=reply_text(f"answer {i}"))
           for i in range(4)]

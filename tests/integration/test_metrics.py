@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import redis
 
+from reactq.shared.keys import Keys
 from reactq.dispatcher.metrics import FAMILIES as READER_FAMILIES
 from reactq.dispatcher.metrics import counter_family, histogram_family, render, snapshot
 from reactq.shared.requests import RunRequest
@@ -29,6 +30,7 @@ def _sum(snap: dict[str, Any], name: str, **labels: str) -> float:
     return sum(v for k, v in snap.get(name, {}).items() if set(labels.items()) <= set(k))
 
 
+@pytest.mark.core
 def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     before = snapshot(settings)
     q = llm.script(llm.unique("metrics: what is 6*7?"), [
@@ -52,8 +54,8 @@ def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     assert delta("reactq_turn_seconds_count", model="scripted", mode="native") >= 2
     assert delta("reactq_run_seconds_count", status="succeeded") >= 1
     # The run is no longer in flight, and left no turn clock behind.
-    assert not r.hexists("reactq:metrics:inflight", handle.run_id)
-    assert not r.hexists("reactq:metrics:turns", handle.run_id)
+    assert not any(r.hexists(k, handle.run_id) for k in Keys().metrics_all("inflight"))
+    assert not any(r.hexists(k, handle.run_id) for k in Keys().metrics_all("turns"))
     # Histograms are cumulative and consistent.
     inf = _value(after, "reactq_tool_call_seconds_bucket", tool="calculator", le="+Inf")
     assert inf == _value(after, "reactq_tool_call_seconds_count", tool="calculator")
@@ -115,6 +117,7 @@ def test_queue_depth_counts_kombus_lists_with_their_priority_suffixes(redis_url)
     assert _value(snap, "reactq_queue_depth", queue="reactq.tools") == 1
 
 
+@pytest.mark.core
 def test_the_gateway_serves_metrics(workers, settings):
     """``GET /metrics`` on the HTTP gateway (once ``dispatcher/http.py`` exists)."""
     try:
@@ -151,7 +154,8 @@ async def test_the_metering_wrapper_times_chat_and_stream_and_counts_errors_and_
                          text("streamed", usage={"prompt_tokens": 3, "completion_tokens": 1})],
                         name="m1", abilities={"tool_call": True}, context_size=1000)
     client = fakeredis.FakeRedis()
-    llm = MeteredLLM(inner, Recorder(client, Keys()))
+    rec = Recorder(client, Keys())
+    llm = MeteredLLM(inner, rec)
     assert (llm.name, llm.abilities, llm.context_size) == ("m1", {"tool_call": True}, 1000)
     msgs = [ChatMessage(role="user", content="q")]
     assert (await llm.chat(msgs)).message.content == "hi"
@@ -162,7 +166,7 @@ async def test_the_metering_wrapper_times_chat_and_stream_and_counts_errors_and_
 
     samples = {}
     for fam in READER_FAMILIES.values():
-        raw = client.hgetall(f"reactq:metrics:{fam.name}")
+        raw = client.hgetall(rec.key(fam.name))  # this process's shard
         metric = counter_family(fam, raw) if fam.kind == "counter" else histogram_family(fam, raw)
         samples.update({(x.name, tuple(sorted(x.labels.items()))): x.value for x in metric.samples})
     assert samples[("reactq_llm_call_seconds_count", (("model", "m1"),))] == 3

@@ -84,9 +84,23 @@ def test_a_lease_backs_off_while_held_and_is_claimed_once_after_its_holder_died(
         assert leases.claim_expired() == []
     # A holder that dies leaves its lease to expire: simulate by not releasing.
     r.set(keys.lease("run:y"), "dead", px=100)
-    r.zadd(keys.leases, {"run:y": int(time.time() * 1000) + 100})
-    r.hset(keys.lease_tasks, "run:y", '{"task": "reactq.iterate", "args": ["y", null], "queue": "reactq.runs"}')
+    r.zadd(keys.leases_for("run:y"), {"run:y": int(time.time() * 1000) + 100})
+    r.hset(keys.lease_tasks_for("run:y"), "run:y", '{"task": "reactq.iterate", "args": ["y", null], "queue": "reactq.runs"}')
     time.sleep(0.25)
     claimed = leases.claim_expired()
     assert [c["args"] for c in claimed] == [["y", None]]
     assert leases.claim_expired() == []  # claimed once, not by every watchdog
+
+
+def test_a_late_ledger_write_for_a_call_already_done_is_refused(store):
+    """A worker cut off by a partition finishes a call another worker already finished: the
+    first result stands (failed before: ledger_done overwrote it)."""
+    from reactq.shared.engine.state import ToolOutcome
+
+    rid, _ = store.create("r9", {"query": "q"})
+    assert store.ledger_claim(rid, "c1", "tok-a", 1)
+    first = ToolOutcome(tool_call_id="c1", tool_name="slow", observation="from b", worker="b")
+    late = ToolOutcome(tool_call_id="c1", tool_name="slow", observation="from a", worker="a")
+    assert store.ledger_done(rid, "c1", first, 1) is True
+    assert store.ledger_done(rid, "c1", late, 1) is False
+    assert store.ledger_outcomes(rid, ["c1"])["c1"].worker == "b"

@@ -16,6 +16,8 @@ import time
 import redis
 from pydantic import BaseModel, Field
 
+from reactq.shared.redisconn import client as state_client
+from reactq.shared.settings import Settings
 from reactq.shared.tools.base import Tool
 
 
@@ -23,7 +25,7 @@ def _record(tag: str, started: float) -> None:
     url = os.environ.get("REACTQ_REDIS_URL")
     if not url:
         return
-    r = redis.Redis.from_url(url)
+    r = state_client(Settings())  # a cluster client in the cluster tier
     r.rpush("reactq-test:toolruns", json.dumps({
         "tag": tag, "pid": os.getpid(), "host": socket.gethostname(),
         "started": started, "ended": time.time(),
