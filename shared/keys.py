@@ -18,6 +18,14 @@
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events``| hash / stream | DAG tasks      | as for runs                 |
 | ``metrics:*``                     | hash   | workers               | none                        |
+| ``thread:{tid}``                  | hash   | dispatcher, workers   | ``run_ttl`` once idle       |
+|   fields: active (run id), stop:<run id> (interrupt|rollback), updated_at
+| ``thread:{tid}:runs``             | list   | dispatcher            | with the thread (JSON {run_id, query, created_at}) |
+| ``thread:{tid}:queue``            | list   | dispatcher, workers   | with the thread (enqueued run ids, FIFO) |
+| ``thread:{tid}:history``          | list   | workers (release)     | with the thread (JSON {run_id, messages}) |
+
+Thread keys carry the thread id in literal braces, a Redis Cluster hash tag, so the
+thread's scripts touch one slot.
 """
 
 from __future__ import annotations
@@ -80,6 +88,23 @@ class Keys:
 
     def metrics(self, name: str) -> str:
         return f"{self.prefix}metrics:{name}"
+
+    def thread(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}"
+
+    def thread_runs(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}:runs"
+
+    def thread_queue(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}:queue"
+
+    def thread_history(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}:history"
+
+    def thread_keys(self, thread_id: str) -> list[str]:
+        """Every key of one thread, in the order the thread scripts take them."""
+        return [self.thread(thread_id), self.thread_runs(thread_id), self.thread_queue(thread_id),
+                self.thread_history(thread_id)]
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every key of one run (for TTLs and clean-up)."""

@@ -61,6 +61,10 @@ MAX_ITERATIONS_ANSWER = (
 )
 
 CANCELLED_OBSERVATION = "Tool call cancelled: the run was cancelled before it finished."
+INTERRUPTED_OBSERVATION = (
+    "Tool call interrupted: the user sent a new message and this run was stopped before "
+    "it used the result of this call."
+)
 UNCERTAIN_OBSERVATION = (
     "The worker running this tool stopped before reporting a result. The tool is not "
     "idempotent, so it was not run again: its effect is UNKNOWN. Check before retrying."
