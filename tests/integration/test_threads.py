@@ -1,0 +1,313 @@
+"""Threads and double texting on real workers (DESIGN "Threads and double texting", issue 17).
+
+Every LLM request of every test here is also checked by the autouse pairing validator in
+``conftest.py``: no assistant tool call without its result, in any strategy.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from reactq.dispatcher.client import Dispatcher
+from reactq.dispatcher.threads import ThreadBusy, thread_view
+from reactq.shared.engine import prompts as P
+from reactq.shared.requests import RunRequest
+from tests.scripted_server import reply_text, reply_tool_calls
+
+pytestmark = pytest.mark.integration
+
+
+def _tid() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def _wait(predicate: Any, timeout: float = 30.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _submit(d: Dispatcher, q: str, tid: str, strategy: str = "inject") -> Any:
+    return d.submit(RunRequest(query=q, thread_id=tid, multitask_strategy=strategy,
+                               completion_check=False))
+
+
+def _events(d: Dispatcher, run_id: str) -> list[Any]:
+    return [e for _, e in d.handle(run_id).events(timeout=60)]
+
+
+def _loop_requests(llm: Any, query: str) -> list[dict[str, Any]]:
+    """Non-streamed (loop) requests whose last registered-looking user turn is ``query``."""
+    out = []
+    for rec in llm.server.requests:
+        body = rec.body
+        if body.get("stream"):
+            continue
+        users = [m for m in body["messages"] if m.get("role") == "user" and isinstance(m.get("content"), str)]
+        if any(m["content"] == query for m in users):
+            out.append(body)
+    return out
+
+
+def _first_turn(llm: Any, query: str) -> dict[str, Any]:
+    """The run's first loop request: the one that ends with ``query`` itself."""
+    (body,) = [b for b in _loop_requests(llm, query) if b["messages"][-1].get("content") == query]
+    return body
+
+
+def _synthesis_requests(llm: Any, query: str) -> list[dict[str, Any]]:
+    return [r.body for r in llm.server.requests if r.body.get("stream")
+            and query in r.body["messages"][-1]["content"]]
+
+
+def _mid_tool(d: Dispatcher, run_id: str) -> None:
+    """Wait until the run's tool call has started (its ``iteration start`` event)."""
+    def started() -> bool:
+        return any(e.channel == "step" and e.data.get("type") == "iteration" and e.data.get("status") == "start"
+                   for _, e in d.handle(run_id).events(until_done=False, block_ms=100))
+    _wait(started, what="the tool call to start")
+
+
+# ----------------------------------------------------------------------------- history
+
+
+def test_a_second_question_on_a_thread_is_answered_from_the_first(workers, dispatcher, llm):
+    """The second run starts from the first run's query and answer (not its tool trace); its
+    synthesis gets the seed's "Previous conversation" block; the thread lists both runs."""
+    tid = _tid()
+    q1 = llm.script(llm.unique("my parcel number is 17*23, work it out"), [
+        reply_tool_calls([("c1", "calculator", {"expression": "17*23"})]),
+        reply_text("It is 391."),
+    ], synthesis=reply_text("Your parcel number is 391."))
+    q2 = llm.script(llm.unique("and what was my parcel number plus one?"), [
+        reply_text("391 + 1 = 392"),
+    ], synthesis=reply_text("392"))
+    h1 = _submit(dispatcher, q1, tid)
+    assert h1.result(timeout=30)["answer"] == "Your parcel number is 391."
+    h2 = _submit(dispatcher, q2, tid)
+    assert h2.created and h2.run_id != h1.run_id
+    assert h2.result(timeout=30)["answer"] == "392"
+
+    first_turn = _first_turn(llm, q2)
+    roles = [(m["role"], m.get("content")) for m in first_turn["messages"][1:]]
+    assert roles == [("user", q1), ("assistant", "Your parcel number is 391."), ("user", q2)], \
+        "the thread's history is the earlier query and final answer, no tool messages"
+    (synth,) = _synthesis_requests(llm, q2)
+    text = synth["messages"][-1]["content"]
+    assert f"Previous conversation:\nUser: {q1}\nAssistant: Your parcel number is 391.\n\nCurrent request: {q2}" in text
+
+    view = thread_view(dispatcher, tid)
+    assert view["active_run"] is None
+    assert [(r["run_id"], r["status"], r["query"]) for r in view["runs"]] == [
+        (h1.run_id, "succeeded", q1), (h2.run_id, "succeeded", q2)]
+    assert [m["role"] for m in view["messages"]] == ["user", "assistant"] * 2
+    ttl = dispatcher.redis.ttl(dispatcher.keys.thread(tid))
+    assert 0 < ttl <= dispatcher.settings.run_ttl_seconds, "an idle thread expires like a run"
+    assert "{" + tid + "}" in dispatcher.keys.thread_history(tid), "literal-brace hash tag"
+
+
+# ----------------------------------------------------------------------------- strategies
+
+
+def _first_run_mid_tool(dispatcher: Dispatcher, llm: Any, tid: str, seconds: float = 3.0) -> tuple[str, Any]:
+    q1 = llm.script(llm.unique("look this up slowly"), [
+        reply_tool_calls([("s1", "slow", {"tag": f"first-{tid}", "seconds": seconds})]),
+        reply_text("looked it up"),
+    ], synthesis=reply_text("first answer"))
+    h1 = _submit(dispatcher, q1, tid)
+    _mid_tool(dispatcher, h1.run_id)
+    return q1, h1
+
+
+def test_inject_puts_the_message_into_the_active_run(workers, dispatcher, llm):
+    tid = _tid()
+    q1, h1 = _first_run_mid_tool(dispatcher, llm, tid, seconds=1.5)
+    q2 = llm.unique("also check the other thing")
+    h2 = _submit(dispatcher, q2, tid, "inject")
+    assert h2.injected and h2.run_id == h1.run_id and h2.interrupt_id
+    events = _events(dispatcher, h1.run_id)
+    assert h1.result(timeout=30)["status"] == "succeeded"
+    injects = [e.data for e in events if e.channel == "inject"]
+    assert [(i["content"], i["id"]) for i in injects] == [(q2, h2.interrupt_id)]
+    second = [b for b in _loop_requests(llm, q1) if any(m["role"] == "tool" for m in b["messages"])]
+    msgs = second[0]["messages"]
+    tool_at = next(i for i, m in enumerate(msgs) if m["role"] == "tool")
+    assert msgs[tool_at + 1]["content"].startswith(f"[USER INTERRUPT]: {q2}"), \
+        "the follow-up comes right after the tool result, never between call and result"
+    view = thread_view(dispatcher, tid)
+    assert [r["run_id"] for r in view["runs"]] == [h1.run_id], "no run was made"
+    assert q2 in view["messages"][0]["content"], "the injected follow-up is part of the turn"
+
+
+def test_enqueue_starts_the_next_run_when_the_active_one_ends(workers, dispatcher, llm):
+    tid = _tid()
+    q1, h1 = _first_run_mid_tool(dispatcher, llm, tid, seconds=1.5)
+    q2 = llm.script(llm.unique("then do the second thing"), [reply_text("second done")],
+                    synthesis=reply_text("second answer"))
+    q3 = llm.script(llm.unique("and the third thing"), [reply_text("third done")],
+                    synthesis=reply_text("third answer"))
+    h2 = _submit(dispatcher, q2, tid, "enqueue")
+    h3 = _submit(dispatcher, q3, tid, "enqueue")
+    assert h2.created and not h2.injected
+    assert h2.status()["status"] == "queued" and h3.status()["status"] == "queued"
+    assert thread_view(dispatcher, tid)["active_run"] == h1.run_id
+    r1, r2, r3 = h1.result(timeout=30), h2.result(timeout=30), h3.result(timeout=30)
+    assert (r1["status"], r2["status"], r3["status"]) == ("succeeded",) * 3
+    s1 = dispatcher.store.load(h1.run_id).state
+    s2 = dispatcher.store.load(h2.run_id).state
+    assert s2.started_at >= s1.ended_at, "the enqueued run started after the active one ended"
+    first_of_2 = _first_turn(llm, q2)
+    assert [m.get("content") for m in first_of_2["messages"][1:]] == [q1, "first answer", q2]
+    first_of_3 = _first_turn(llm, q3)
+    assert [m.get("content") for m in first_of_3["messages"][1:]] == [
+        q1, "first answer", q2, "second answer", q3], "FIFO, each with the answers before it"
+
+
+def test_reject_refuses_while_the_thread_is_busy(workers, dispatcher, llm):
+    tid = _tid()
+    q1, h1 = _first_run_mid_tool(dispatcher, llm, tid, seconds=1.0)
+    with pytest.raises(ThreadBusy) as err:
+        _submit(dispatcher, llm.unique("not now"), tid, "reject")
+    assert err.value.active_run == h1.run_id and h1.run_id in str(err.value)
+    assert h1.result(timeout=30)["status"] == "succeeded"
+    assert [r["run_id"] for r in thread_view(dispatcher, tid)["runs"]] == [h1.run_id], "nothing enqueued"
+
+
+@pytest.mark.parametrize("strategy", ["interrupt", "rollback"])
+def test_interrupt_and_rollback_stop_the_active_run_mid_tool(strategy, workers, dispatcher, llm):
+    tid = _tid()
+    q1, h1 = _first_run_mid_tool(dispatcher, llm, tid, seconds=4.0)
+    q2 = llm.script(llm.unique(f"forget that, {strategy} please"), [reply_text("ok")],
+                    synthesis=reply_text("new answer"))
+    h2 = _submit(dispatcher, q2, tid, strategy)
+    assert h2.created
+    events = _events(dispatcher, h1.run_id)
+    r1 = h1.result(timeout=30)
+    assert r1["status"] == "cancelled"
+    tool_ended = _wait(lambda: _tool_end(dispatcher, f"first-{tid}"), what="the slow tool to finish")
+    assert dispatcher.store.load(h1.run_id).state.ended_at < tool_ended, \
+        "the run stopped at the next step boundary, without waiting for its tool"
+    error = next(e.data for e in events if e.channel == "error")
+    assert (error["kind"], error["strategy"]) == ("interrupted", strategy)
+    assert events[-1].channel == "done" and events[-1].data["status"] == "cancelled"
+    # The stopped run's own history is valid: its open call is answered as *interrupted*.
+    s1 = dispatcher.store.load(h1.run_id).state
+    tool_msgs = [m for m in s1.messages if m.role == "tool"]
+    assert [(m.tool_call_id, m.content) for m in tool_msgs] == [("s1", P.INTERRUPTED_OBSERVATION)]
+    assert not any(s.tool_call_id == "s1" for s in s1.steps), "not recorded as run"
+
+    assert h2.result(timeout=30)["answer"] == "new answer"
+    first_of_2 = _first_turn(llm, q2)
+    history = [(m["role"], m.get("content")) for m in first_of_2["messages"][1:-1]]
+    if strategy == "interrupt":
+        assert history[0] == ("user", q1)
+        assert history[1][0] == "assistant" and "interrupted" in history[1][1] and "slow" in history[1][1]
+    else:
+        assert history == [], "rollback leaves nothing of the stopped run"
+    view = thread_view(dispatcher, tid)
+    assert [(r["run_id"], r["status"]) for r in view["runs"]] == [(h1.run_id, "cancelled"),
+                                                                  (h2.run_id, "succeeded")]
+
+
+def _tool_end(d: Dispatcher, tag: str) -> float | None:
+    import json
+
+    for raw in d.redis.lrange("reactq-test:toolruns", 0, -1):
+        rec = json.loads(raw)
+        if rec["tag"] == tag:
+            return float(rec["ended"])
+    return None
+
+
+# ----------------------------------------------------------------------------- races
+
+
+@pytest.mark.parametrize("strategy", ["inject", "reject"])
+def test_two_clients_racing_on_one_thread_get_one_active_run(strategy, workers, settings, llm):
+    q = llm.script(llm.unique("race"), [reply_text("won", delay=1.0)], synthesis=reply_text("raced"))
+    for _ in range(5):
+        tid = _tid()
+        clients = [Dispatcher(settings), Dispatcher(settings)]
+        for c in clients:
+            c.catalog()  # warm: both submit at the barrier
+        barrier = threading.Barrier(2)
+        outcomes: list[Any] = [None, None]
+
+        def go(i: int) -> None:
+            barrier.wait()
+            try:
+                outcomes[i] = _submit(clients[i], f"{q}", tid, strategy)
+            except ThreadBusy as exc:
+                outcomes[i] = exc
+
+        ts = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        created = [o for o in outcomes if not isinstance(o, ThreadBusy) and o.created]
+        assert len(created) == 1, outcomes
+        other = next(o for o in outcomes if o is not created[0])
+        if strategy == "inject":
+            assert other.injected and other.run_id == created[0].run_id
+        else:
+            assert isinstance(other, ThreadBusy) and other.active_run == created[0].run_id
+        assert [r["run_id"] for r in thread_view(clients[0], tid)["runs"]] == [created[0].run_id]
+        assert created[0].result(timeout=30)["status"] == "succeeded"
+
+
+# ----------------------------------------------------------------------------- HTTP
+
+
+def test_http_thread_routes(workers, redis_url, llm, tmp_path):
+    import httpx
+
+    from tests.integration.conftest import worker_env
+    from tests.integration.test_gateway import start_gateway, stop_gateway
+
+    gw = start_gateway(worker_env(redis_url, llm), tmp_path / "gw.log", via_cli=False)
+    try:
+        tid = _tid()
+        q1 = llm.script(llm.unique("http thread first"), [
+            reply_tool_calls([("h1", "slow", {"tag": "http-thread", "seconds": 1.5})]),
+            reply_text("done")], synthesis=reply_text("http first answer"))
+        c = httpx.Client(base_url=gw.url, timeout=10)
+        first = c.post("/v1/runs", json={"query": q1, "thread_id": tid, "completion_check": False})
+        assert first.status_code == 202
+        rid = first.json()["run_id"]
+        d = Dispatcher(_settings(redis_url, llm))
+        _mid_tool(d, rid)
+        busy = c.post("/v1/runs", json={"query": "x", "thread_id": tid, "multitask_strategy": "reject"})
+        assert busy.status_code == 409 and busy.json()["active_run"] == rid and rid in busy.json()["detail"]
+        inj = c.post("/v1/runs", json={"query": "and this", "thread_id": tid})
+        assert inj.status_code == 202
+        assert inj.json()["run_id"] == rid and inj.json()["injected"] is True and inj.json()["interrupt_id"]
+        bad = c.post("/v1/runs", json={"query": "x", "thread_id": "no{braces}"})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "thread_id"
+        bad = c.post("/v1/runs", json={"query": "x", "thread_id": tid, "multitask_strategy": "later"})
+        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "multitask_strategy"
+        d.handle(rid).result(timeout=30)
+        view = c.get(f"/v1/threads/{tid}").json()
+        assert view["thread_id"] == tid and view["active_run"] is None
+        assert [(r["run_id"], r["status"], r["query"]) for r in view["runs"]] == [(rid, "succeeded", q1)]
+        assert set(view["runs"][0]) == {"run_id", "status", "query", "created_at"}
+        assert c.get("/v1/threads/never-used").status_code == 404
+        assert c.get("/v1/threads/bad{id}").status_code == 422
+    finally:
+        stop_gateway(gw)
+
+
+def _settings(redis_url: str, llm: Any) -> Any:
+    from reactq.shared.settings import Settings
+
+    return Settings(redis_url=redis_url, model="scripted", tools="tests.integration.tools:TOOLS",
+                    openai_api_key="test-key", openai_base_url=llm.server.base_url)
