@@ -6,6 +6,7 @@ Every LLM request of every test here is also checked by the autouse pairing vali
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -311,3 +312,107 @@ def _settings(redis_url: str, llm: Any) -> Any:
 
     return Settings(redis_url=redis_url, model="scripted", tools="tests.integration.tools:TOOLS",
                     openai_api_key="test-key", openai_base_url=llm.server.base_url)
+
+
+# ----------------------------------------------------------------------------- kill -9
+
+
+@pytest.fixture
+def own_db(redis_url, llm, tmp_path):
+    """A Redis database of its own (broker and store): only this test's workers see its tasks."""
+    from reactq.shared.settings import Settings
+    from tests.integration.conftest import WorkerFactory
+
+    url = redis_url.rsplit("/", 1)[0] + f"/{next(_own_dbs)}"
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+    factory = WorkerFactory(url, llm, tmp_path)
+    settings = Settings(redis_url=url, model="scripted", tools="tests.integration.tools:TOOLS",
+                        openai_api_key="k", openai_base_url=llm.server.base_url)
+    yield Dispatcher(settings), factory
+    factory.stop_all()
+
+
+_own_dbs = itertools.cycle([14, 15])  # 1.. crash tests, 12-13 DAG tests
+
+
+@pytest.mark.parametrize("when", ["before_the_stop", "right_after_the_submission"])
+def test_kill_9_during_an_interrupt_leaves_a_valid_thread(when, own_db, llm):
+    """The only worker is killed mid-tool — before the interrupt is sent, or just after it
+    (while the stop may be in flight: before, during or after its commit). A fresh worker
+    finishes the job: the old run ends ``cancelled`` with its call answered as interrupted,
+    the new run runs once from a valid history, every event once."""
+    d, factory = own_db
+    first = factory.start("kill-a")
+    tid = _tid()
+    q1 = llm.script(llm.unique("slow work to be interrupted"), [
+        reply_tool_calls([("k1", "slow", {"tag": f"kill-{tid}", "seconds": 2.0})]),
+        reply_text("slow done")], synthesis=reply_text("never"))
+    q2 = llm.script(llm.unique("new direction after the crash"), [reply_text("fine")],
+                    synthesis=reply_text("after the crash"))
+    h1 = _submit(d, q1, tid)
+    _mid_tool(d, h1.run_id)
+    if when == "before_the_stop":
+        first.kill()
+        h2 = _submit(d, q2, tid, "interrupt")
+    else:
+        h2 = _submit(d, q2, tid, "interrupt")
+        first.kill()
+    factory.start("kill-b")
+    assert h1.result(timeout=60)["status"] == "cancelled"
+    assert h2.result(timeout=60)["answer"] == "after the crash"
+    for rid in (h1.run_id, h2.run_id):
+        events = [e for _, e in d.handle(rid).events(timeout=30)]
+        assert [e.seq for e in events] == list(range(1, len(events) + 1)), "every seq once, in order"
+        assert [e.channel for e in events].count("done") == 1
+    s1 = d.store.load(h1.run_id).state
+    assert [(m.tool_call_id, m.content) for m in s1.messages if m.role == "tool"] == [
+        ("k1", P.INTERRUPTED_OBSERVATION)]
+    first_of_2 = _first_turn(llm, q2)
+    assert [m["role"] for m in first_of_2["messages"][1:]] == ["user", "assistant", "user"]
+    assert "interrupted" in first_of_2["messages"][2]["content"]
+    view = thread_view(d, tid)
+    assert view["active_run"] is None
+    assert [(r["run_id"], r["status"]) for r in view["runs"]] == [(h1.run_id, "cancelled"),
+                                                                  (h2.run_id, "succeeded")]
+    assert len(view["messages"]) == 4, "each run's turns recorded once"
+
+
+def _ended_but_not_released(d: Dispatcher, tid: str, answer: str) -> str:
+    """A thread whose active run has ended but was never released: what a worker killed
+    between the run's final commit and the release leaves behind."""
+    from reactq.dispatcher.threads import thread_store
+    from reactq.shared.engine.state import RunState
+
+    rid = uuid.uuid4().hex
+    q = f"ghost question {rid[:6]}"
+    assert thread_store(d).submit(tid, rid, "inject", q).kind == "start"
+    d.store.create(rid, RunRequest(query=q, thread_id=tid).model_dump(mode="json"))
+    state = RunState(run_id=rid, query=q, model="scripted", mode="native", max_iterations=5,
+                     thread_id=tid, phase="done", status="succeeded", final_answer=answer)
+    assert d.store.commit(rid, state, 0, [])
+    return rid
+
+
+def test_a_redelivered_task_hands_on_a_thread_its_crashed_worker_did_not(workers, dispatcher, llm):
+    tid = _tid()
+    from reactq.dispatcher.threads import thread_store
+
+    ghost = _ended_but_not_released(dispatcher, tid, "ghost answer")
+    ts = thread_store(dispatcher)
+    dispatcher.send("reactq.iterate", [ghost, None])  # what the lease watchdog resends
+    _wait(lambda: ts.active(tid) is None, what="the redelivered task to release the thread")
+    assert [m.content for m in ts.history(tid)][1:] == ["ghost answer"]
+    dispatcher.send("reactq.iterate", [ghost, None])
+    time.sleep(0.5)
+    assert len(ts.history(tid)) == 2, "a second redelivery adds nothing"
+
+
+def test_the_next_submission_repairs_a_thread_left_active_by_an_ended_run(workers, dispatcher, llm):
+    tid = _tid()
+    _ended_but_not_released(dispatcher, tid, "ghost answer 2")
+    q2 = llm.script(llm.unique("after the ghost"), [reply_text("ok")], synthesis=reply_text("b2"))
+    h2 = _submit(dispatcher, q2, tid, "reject")  # would be refused if the ended run still held the thread
+    assert h2.created and h2.result(timeout=30)["status"] == "succeeded"
+    assert [m.get("content") for m in _first_turn(llm, q2)["messages"][1:]][1:] == ["ghost answer 2", q2]
