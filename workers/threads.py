@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 from reactq.shared.engine import loop
+from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
 from reactq.shared.store import RunRecord
@@ -40,7 +41,7 @@ def prepare(rt: Runtime, rec: RunRecord, state: RunState) -> bool:
     if ts.active(tid) != rec.run_id and not rec.cancel:
         log.info("run %s waits for its turn on thread %s", rec.run_id, tid)
         return False
-    state.history = ts.history(tid)
+    state.history = fit_history(ts.history(tid), rt.config.context_budget // 2)
     return True
 
 

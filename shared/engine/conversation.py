@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reactq.shared.engine.context import estimate_messages
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ChatMessage
 
@@ -32,6 +33,28 @@ def enriched_query(history: Sequence[ChatMessage], query: str, *, max_chars: int
     if not history:
         return query
     return f"Previous conversation:\n{previous_conversation(history, max_chars=max_chars)}\n\nCurrent request: {query}"
+
+
+def fit_history(history: Sequence[ChatMessage], max_tokens: int) -> list[ChatMessage]:
+    """The newest whole turns (user + assistant) of a thread that fit in ``max_tokens``.
+
+    The history is pinned, and the context guard never drops pinned messages while the run
+    has little else to compact (S71, S73): a thread that outgrew the budget would make
+    every request too long. So a run starts from at most this much of it (half the
+    guard's budget), the oldest turns left out first.
+    """
+    kept: list[ChatMessage] = []
+    turns: list[list[ChatMessage]] = []
+    for m in history:
+        if m.role == "user" or not turns:
+            turns.append([m])
+        else:
+            turns[-1].append(m)
+    for turn in reversed(turns):
+        if estimate_messages([*turn, *kept]) > max_tokens:
+            break
+        kept = [*turn, *kept]
+    return kept
 
 
 def tools_called(state: RunState) -> list[str]:
@@ -73,5 +96,5 @@ def thread_turns(state: RunState, stop: str | None) -> list[ChatMessage]:
             ChatMessage(role="assistant", content=answer)]
 
 
-__all__ = ["enriched_query", "previous_conversation", "thread_turns", "tools_called", "user_turn",
+__all__ = ["enriched_query", "fit_history", "previous_conversation", "thread_turns", "tools_called", "user_turn",
            "HISTORY_MAX_CHARS"]
