@@ -81,6 +81,10 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) 
         d.send(ITERATE, [rid, 0])
     elif decision.kind == "stopping" and active is not None:
         _ask_to_stop(d, active)
+    if decision.kind != "start" and ts.active(tid) == rid:
+        # The active run ended between the decision and ``create``: its worker sent this
+        # run's first task before the run existed, and that task found nothing. Again.
+        d.send(ITERATE, [rid, 0])
     return RunHandle(d, stored, created=created)
 
 
@@ -117,7 +121,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     except RunNotFound:
         return
     if rec.state is not None and rec.state.phase == "done":
-        nxt = end_of_run(ts, tid, rec.state.model_copy(update={"thread_id": tid}))
+        nxt = end_of_run(ts, d.store, tid, rec.state.model_copy(update={"thread_id": tid}))
         if nxt and nxt != active:
             d.send(ITERATE, [nxt, 0])
 

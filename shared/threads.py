@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.events import dumps
 from reactq.shared.keys import Keys
 from reactq.shared.models import ChatMessage
+from reactq.shared.store import RunStore
 
 # KEYS: thread hash, runs list, queue list, history list. ARGV: run id, strategy, runs
 # entry (JSON), now. Returns {decision, active run id or ''}.
@@ -37,6 +39,9 @@ _SUBMIT = """
 local active = redis.call('HGET', KEYS[1], 'active')
 local strategy = ARGV[2]
 if active and active ~= '' then
+  if strategy == 'inject' and redis.call('HEXISTS', KEYS[1], 'stop:' .. active) == 1 then
+    strategy = 'enqueue'  -- the active run is being stopped: it would never read the message
+  end
   if strategy == 'inject' or strategy == 'reject' then
     for k = 1, 4 do redis.call('PERSIST', KEYS[k]) end
     return {strategy, active}
@@ -58,7 +63,8 @@ for k = 1, 4 do redis.call('PERSIST', KEYS[k]) end
 return {'start', ''}
 """
 
-# KEYS: as for submit. ARGV: run id, history entry (JSON, '' = none), now, ttl.
+# KEYS: as for submit. ARGV: run id, history entry (JSON, '' = none), now, ttl, then
+# (run id, runs entry) pairs of follow-up runs that go first in the queue, in order.
 # Returns the active run after the call ('' = none).
 _RELEASE = """
 local active = redis.call('HGET', KEYS[1], 'active')
@@ -68,6 +74,8 @@ if active ~= ARGV[1] then
   return active or ''
 end
 if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[2]) end
+for i = #ARGV - 1, 5, -2 do redis.call('LPUSH', KEYS[3], ARGV[i]) end
+for i = 5, #ARGV - 1, 2 do redis.call('RPUSH', KEYS[2], ARGV[i + 1]) end
 local nxt = redis.call('LPOP', KEYS[3])
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[3])
 if nxt then
@@ -122,13 +130,18 @@ class ThreadStore:
                                     args=[run_id, strategy, entry, f"{now:.6f}"])
         return Decision(_s(kind), _s(active) or None)
 
-    def release(self, thread_id: str, run_id: str, turns: list[ChatMessage]) -> str | None:
-        """Run ``run_id`` ended: record its turns (if it was active) and hand the thread on.
+    def release(self, thread_id: str, run_id: str, turns: list[ChatMessage],
+                followups: list[tuple[str, str]] | None = None) -> str | None:
+        """Run ``run_id`` ended: record its turns (if it was active) and hand the thread on —
+        to ``followups`` (``(run id, query)``, stored runs that go first), else the queue.
         Returns the thread's active run afterwards (None = idle)."""
+        now = time.time()
         entry = dumps({"run_id": run_id, "messages": [m.model_dump(mode="json", exclude_none=True)
                                                       for m in turns]}) if turns else ""
-        nxt = self._release(keys=self.keys.thread_keys(thread_id),
-                            args=[run_id, entry, f"{time.time():.6f}", self.ttl])
+        args: list[Any] = [run_id, entry, f"{now:.6f}", self.ttl]
+        for rid, query in followups or []:
+            args += [rid, dumps({"run_id": rid, "query": query, "created_at": round(now, 6)})]
+        nxt = self._release(keys=self.keys.thread_keys(thread_id), args=args)
         return _s(nxt) or None
 
     def stop_kind(self, thread_id: str, run_id: str) -> str | None:
@@ -162,16 +175,39 @@ def run_thread(request: dict[str, Any]) -> str | None:
     return tid if isinstance(tid, str) and tid else None
 
 
-def end_of_run(threads: ThreadStore, thread_id: str, state: RunState) -> str | None:
+def end_of_run(threads: ThreadStore, runs: RunStore, thread_id: str, state: RunState) -> str | None:
     """Release the thread of a run whose state is terminal; returns the run to start next.
 
+    Messages injected into the run that it never read (they came while it was already
+    writing its answer) become runs of their own, first in the queue: an ``inject`` is
+    never lost. Not for a stopped run: the message that stopped it supersedes them.
+
     Safe to call again (after a crash, from a redelivered task or the gateway): a run that
-    is no longer active adds nothing and the current active run is returned.
+    is no longer active adds nothing and the current active run is returned; follow-up
+    runs are stored under an idempotency key, so a redo makes none twice.
     """
     if state.status not in TERMINAL_STATUSES or state.phase != "done":
         raise ValueError(f"run {state.run_id} has not ended")
     stop = threads.stop_kind(thread_id, state.run_id)
-    return threads.release(thread_id, state.run_id, thread_turns(state, stop))
+    followups: list[tuple[str, str]] = []
+    if state.status != "cancelled" and threads.active(thread_id) == state.run_id:
+        followups = _followup_runs(runs, state)
+    return threads.release(thread_id, state.run_id, thread_turns(state, stop), followups)
+
+
+def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
+    leftovers = runs.interrupts_after(state.run_id, state.interrupt_cursor)
+    if not leftovers:
+        return []
+    raw = runs.r.hget(runs.keys.run(state.run_id), "request")
+    request = json.loads(raw) if raw else {"query": state.query, "thread_id": state.thread_id}
+    out = []
+    for msg in leftovers:
+        req = {**request, "query": msg.content, "multitask_strategy": "enqueue",
+               "idempotency_key": f"followup:{state.run_id}:{msg.id}"}
+        rid, _ = runs.create(uuid.uuid4().hex, req, idempotency_key=req["idempotency_key"])
+        out.append((rid, msg.content))
+    return out
 
 
 __all__ = ["Decision", "ThreadStore", "end_of_run", "run_thread"]

@@ -64,6 +64,6 @@ def ended(rt: Runtime, state: RunState, send: Any) -> None:
     """
     if not state.thread_id:
         return
-    nxt = end_of_run(thread_store(rt), state.thread_id, state)
+    nxt = end_of_run(thread_store(rt), rt.store, state.thread_id, state)
     if nxt is not None and nxt != state.run_id:
         send(ITERATE, [nxt, 0], RUNS)

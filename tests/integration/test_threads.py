@@ -416,3 +416,60 @@ def test_the_next_submission_repairs_a_thread_left_active_by_an_ended_run(worker
     h2 = _submit(dispatcher, q2, tid, "reject")  # would be refused if the ended run still held the thread
     assert h2.created and h2.result(timeout=30)["status"] == "succeeded"
     assert [m.get("content") for m in _first_turn(llm, q2)["messages"][1:]][1:] == ["ghost answer 2", q2]
+
+
+def test_a_message_injected_too_late_for_the_answer_becomes_the_next_run(workers, dispatcher, llm):
+    """``inject`` while the active run already streams its answer: the seed's run cannot read
+    it (``pending_injections``), so the thread runs it next, with that answer in its history."""
+    tid = _tid()
+    q1 = llm.script(llm.unique("answer slowly"), [reply_text("draft")],
+                    synthesis=reply_text("a long first answer", chunk_delay=0.3))
+    h1 = _submit(dispatcher, q1, tid)
+
+    def streaming() -> bool:
+        return any(e.channel == "answer" and e.data.get("status") == "delta"
+                   for _, e in dispatcher.handle(h1.run_id).events(until_done=False, block_ms=100))
+    _wait(streaming, what="the answer to stream")
+    late = llm.script(llm.unique("one more thing"), [reply_text("late ok")], synthesis=reply_text("late answer"))
+    h2 = _submit(dispatcher, late, tid, "inject")
+    assert h2.injected and h2.run_id == h1.run_id
+    events = _events(dispatcher, h1.run_id)
+    assert events[-1].data.get("pending_injections") == [late]
+    nxt = _wait(lambda: len(thread_view(dispatcher, tid)["runs"]) == 2 and thread_view(dispatcher, tid)["runs"][1],
+                what="the follow-up run")
+    assert nxt["query"] == late
+    assert dispatcher.handle(nxt["run_id"]).result(timeout=30)["answer"] == "late answer"
+    assert [m.get("content") for m in _first_turn(llm, late)["messages"][1:]] == [
+        q1, "a long first answer", late]
+
+
+def test_the_thread_scripts_decide_every_strategy(r):
+    """The Lua decisions on a real Redis, one by one (no workers): queue order, stop marks,
+    idempotent release, TTL only once idle."""
+    from reactq.shared.models import ChatMessage
+    from reactq.shared.threads import Decision, ThreadStore
+
+    ts = ThreadStore(r, ttl_seconds=600)
+    tid = _tid()
+    assert ts.submit(tid, "a", "reject", "qa").kind == "start"
+    assert r.ttl(ts.keys.thread(tid)) == -1, "no TTL while a run is active"
+    assert (ts.submit(tid, "x", "inject", "qx").kind, ts.submit(tid, "x", "reject", "qx").kind) == ("inject", "reject")
+    assert ts.submit(tid, "b", "enqueue", "qb").kind == "enqueued"
+    assert ts.submit(tid, "c", "interrupt", "qc") == Decision("stopping", "a")
+    assert ts.submit(tid, "c2", "enqueue", "q") == Decision("enqueued", "a")
+    assert ts.stop_kind(tid, "a") == "interrupt"
+    assert ts.submit(tid, "d", "inject", "qd").kind == "enqueued", "a run being stopped never reads an inject"
+    assert [x.decode() for x in r.lrange(ts.keys.thread_queue(tid), 0, -1)] == ["c", "b", "c2", "d"]
+    turn = [ChatMessage(role="user", content="qa"), ChatMessage(role="assistant", content="A")]
+    assert ts.release(tid, "a", turn, [("f1", "late 1"), ("f2", "late 2")]) == "f1"
+    assert ts.release(tid, "a", turn) == "f1", "a second release adds nothing"
+    assert [m.content for m in ts.history(tid)] == ["qa", "A"] and ts.stop_kind(tid, "a") is None
+    assert [x.decode() for x in r.lrange(ts.keys.thread_queue(tid), 0, -1)] == ["f2", "c", "b", "c2", "d"]
+    assert [e["run_id"] for e in ts.runs(tid)] == ["a", "b", "c", "c2", "d", "f1", "f2"]
+    assert ts.release(tid, "d", []) == "f1", "a queued run that ended leaves the queue"
+    for rid in ("f1", "f2", "c", "b"):
+        ts.release(tid, rid, [])
+    assert ts.release(tid, "c2", []) is None and ts.active(tid) is None
+    assert 0 < r.ttl(ts.keys.thread(tid)) <= 600 and 0 < r.ttl(ts.keys.thread_history(tid)) <= 600
+
+
