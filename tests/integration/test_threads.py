@@ -473,3 +473,40 @@ def test_the_thread_scripts_decide_every_strategy(r):
     assert 0 < r.ttl(ts.keys.thread(tid)) <= 600 and 0 < r.ttl(ts.keys.thread_history(tid)) <= 600
 
 
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def test_cli_run_on_a_thread_then_show_it(redis_url, llm, workers):
+    import json
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import ROOT, worker_env
+
+    env = worker_env(redis_url, llm, COLUMNS="120")
+
+    def reactq(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "dispatcher", *args], cwd=ROOT, env=env, text=True,
+                              capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+
+    tid = _tid()
+    q1 = llm.script(llm.unique("cli thread: remember 42"), [reply_text("ok")], synthesis=reply_text("Remembered 42."))
+    q2 = llm.script(llm.unique("cli thread: what did I ask you to remember?"), [reply_text("42")],
+                    synthesis=reply_text("You asked me to remember 42."))
+    assert reactq("run", q1, "--thread", tid, "--json", "--no-completion-check").returncode == 0
+    second = reactq("run", q2, "--thread", tid, "--strategy", "reject", "--json")
+    assert second.returncode == 0, second.stderr
+    assert [m.get("content") for m in _first_turn(llm, q2)["messages"][1:]] == [q1, "Remembered 42.", q2]
+    shown = reactq("thread", tid, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert [r["query"] for r in view["runs"]] == [q1, q2] and view["active_run"] is None
+    pretty = reactq("thread", tid)
+    assert pretty.returncode == 0 and "Remembered 42." in pretty.stdout and "succeeded" in pretty.stdout
+    assert reactq("thread", "no{such}").returncode == 2
+    assert reactq("thread", _tid()).returncode == 1
+    bad = reactq("run", "q", "--thread", "sp ace")
+    assert bad.returncode == 2 and "thread_id" in bad.stderr
+    assert reactq("run", "q", "--thread", tid, "--local").returncode == 2
