@@ -115,3 +115,31 @@ def test_multitask_strategy_is_one_of_five():
     assert RunRequest(query="q").multitask_strategy == "inject"
     with pytest.raises(ValidationError):
         RunRequest(query="q", multitask_strategy="later")  # type: ignore[arg-type]
+
+
+def test_tool_selection_on_a_thread_sees_the_previous_conversation():
+    from reactq.shared.engine.steps import EngineDeps, select_step
+    from reactq.shared.llm.testing import ScriptedLLM, tool_json
+    from reactq.shared.settings import EngineConfig
+    from reactq.shared.tools.base import Tool, ToolRegistry
+
+    from pydantic import BaseModel
+
+    class A(BaseModel):
+        x: str = ""
+
+    registry = ToolRegistry([Tool(name=f"t{i}", description=f"tool {i}", args_model=A, fn=lambda x="": x)
+                             for i in range(20)])
+    llm = ScriptedLLM([tool_json({"tools": ["t1"]})])
+    state = _state(history=HISTORY, available_tools=registry.names())
+
+    class IO:
+        async def publish(self, events):  # noqa: ANN001, ANN202
+            pass
+
+        async def interrupts(self, after):  # noqa: ANN001, ANN202
+            return []
+
+    asyncio.run(select_step(state, EngineDeps(llm=llm, registry=registry, config=EngineConfig()), IO()))
+    prompt = " ".join(str(m.content) for m in llm.calls[0].messages)
+    assert "Previous conversation:\nUser: my name is Ada" in prompt and "Current request: what is my name?" in prompt
