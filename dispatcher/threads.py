@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
-from reactq.shared.threads import ThreadStore, end_of_run
+from reactq.shared.threads import ThreadStore, arm_first_step, end_of_run
 from reactq.workers.config import ITERATE
 
 if TYPE_CHECKING:
@@ -78,14 +78,20 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) 
         return handle
     stored, created = d.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key)
     if decision.kind == "start":
-        d.send(ITERATE, [rid, 0])
+        _start(d, rid)
     elif decision.kind == "stopping" and active is not None:
         _ask_to_stop(d, active)
     if decision.kind != "start" and ts.active(tid) == rid:
         # The active run ended between the decision and ``create``: its worker sent this
         # run's first task before the run existed, and that task found nothing. Again.
-        d.send(ITERATE, [rid, 0])
+        _start(d, rid)
     return RunHandle(d, stored, created=created)
+
+
+def _start(d: Dispatcher, run_id: str) -> None:
+    """Send a thread run's first step, with a watchdog armed in case it is never started."""
+    arm_first_step(d.redis, d.keys, run_id, max(5.0, 3 * d.settings.lease_seconds))
+    d.send(ITERATE, [run_id, 0])
 
 
 def _ask_to_stop(d: Dispatcher, run_id: str) -> None:
@@ -112,7 +118,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
         if _decided_long_ago(ts, tid, active):
             nxt = ts.release(tid, active, [])
             if nxt:
-                d.send(ITERATE, [nxt, 0])
+                _start(d, nxt)
         return
     if status.decode() not in TERMINAL_STATUSES:
         return  # the usual case: one field read
@@ -123,7 +129,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     if rec.state is not None and rec.state.phase == "done":
         nxt = end_of_run(ts, d.store, tid, rec.state.model_copy(update={"thread_id": tid}))
         if nxt and nxt != active:
-            d.send(ITERATE, [nxt, 0])
+            _start(d, nxt)
 
 
 def _decided_long_ago(ts: ThreadStore, tid: str, run_id: str) -> bool:

@@ -169,6 +169,26 @@ class ThreadStore:
         return bool(self._touch(keys=self.keys.thread_keys(thread_id), args=[self.ttl]))
 
 
+def arm_first_step(client: redis.Redis, keys: Keys, run_id: str, after_seconds: float) -> None:
+    """Let the lease watchdogs resend a thread run's first step if nobody starts it.
+
+    The message that starts a run can die with a worker that received it before its task
+    took the run's lease (it then waits for the broker's visibility timeout, an hour), and
+    a run that never starts blocks its whole thread. So before sending it, the run is
+    registered as the lease layout's "due" member ``run:<id>`` (``workers/lease.py``:
+    ``leases`` zset + ``lease:tasks`` spec) with no lease key: a watchdog resends it after
+    ``after_seconds`` unless its task has started (and then released the member). A
+    duplicate first step is harmless: compare-and-set on ``step_no``, lease back-off.
+    """
+    member = f"run:{run_id}"
+    spec = json.dumps({"task": "reactq.iterate", "args": [run_id, None], "queue": "reactq.runs",
+                       "worker": "thread-handoff"})
+    pipe = client.pipeline(transaction=False)
+    pipe.hset(keys.lease_tasks, member, spec)
+    pipe.zadd(keys.leases, {member: int((time.time() + after_seconds) * 1000)})
+    pipe.execute()
+
+
 def run_thread(request: dict[str, Any]) -> str | None:
     """The thread id of a stored run request (None = not on a thread)."""
     tid = request.get("thread_id")
@@ -210,4 +230,4 @@ def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
     return out
 
 
-__all__ = ["Decision", "ThreadStore", "end_of_run", "run_thread"]
+__all__ = ["Decision", "ThreadStore", "arm_first_step", "end_of_run", "run_thread"]

@@ -14,7 +14,7 @@ from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
 from reactq.shared.store import RunRecord
-from reactq.shared.threads import ThreadStore, end_of_run, run_thread
+from reactq.shared.threads import ThreadStore, arm_first_step, end_of_run, run_thread
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -66,4 +66,10 @@ def ended(rt: Runtime, state: RunState, send: Any) -> None:
         return
     nxt = end_of_run(thread_store(rt), rt.store, state.thread_id, state)
     if nxt is not None and nxt != state.run_id:
+        arm_first_step(rt.redis, rt.keys, nxt, handoff_grace(rt.settings.lease_seconds))
         send(ITERATE, [nxt, 0], RUNS)
+
+
+def handoff_grace(lease_seconds: float) -> float:
+    """How long a handed-on run may wait for a worker before a watchdog sends it again."""
+    return max(5.0, 3 * lease_seconds)

@@ -510,3 +510,26 @@ def test_cli_run_on_a_thread_then_show_it(redis_url, llm, workers):
     bad = reactq("run", "q", "--thread", "sp ace")
     assert bad.returncode == 2 and "thread_id" in bad.stderr
     assert reactq("run", "q", "--thread", tid, "--local").returncode == 2
+
+
+def test_a_handed_on_run_whose_first_message_is_lost_is_sent_again(workers, dispatcher, llm, settings):
+    """The release sent the next run's first step and the message died with a worker before
+    the task started (parked in the broker's unacked set for an hour): a lease watchdog
+    sends it again, so a thread is never blocked by a run that never starts."""
+    from reactq.workers import threads as wthreads
+    from reactq.workers.runtime import Runtime
+
+    tid = _tid()
+    ghost = _ended_but_not_released(dispatcher, tid, "ghost answer 3")
+    q2 = llm.script(llm.unique("behind a lost message"), [reply_text("ok")], synthesis=reply_text("found"))
+    from reactq.dispatcher.threads import thread_store
+
+    # Enqueue behind the ghost without the gateway's repair (which would release it at once).
+    rid = uuid.uuid4().hex
+    assert thread_store(dispatcher).submit(tid, rid, "enqueue", q2).kind == "enqueued"
+    dispatcher.store.create(rid, RunRequest(query=q2, thread_id=tid, completion_check=False).model_dump(mode="json"))
+    lost: list[Any] = []
+    rt = Runtime(settings)
+    wthreads.ended(rt, dispatcher.store.load(ghost).state, lambda *a: lost.append(a))
+    assert lost == [("reactq.iterate", [rid, 0], "reactq.runs")], "the first step was sent (and lost)"
+    assert dispatcher.handle(rid).result(timeout=30)["answer"] == "found"
