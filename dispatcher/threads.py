@@ -6,31 +6,26 @@ storing the run and sending its first task (or asking the active run to stop, or
 injecting the query into it).
 
 Order of writes, and what a submitter that dies half-way leaves behind: the decision is
-made first, then the run is stored. Dying in between leaves the thread pointing at a run
-that was never stored; the next submission on the thread releases it once the decision is
-older than ``ORPHAN_AFTER`` seconds. Dying after an ``interrupt`` decision but before the
-stop request reaches the active run makes it an ``enqueue``: the new run starts when the
-active one ends.
+made first, then the run is stored. Dying in between leaves the thread holding a run that
+was never stored; the hand-off past it (and the next submission or read of the thread)
+skips it once the decision is older than ``ORPHAN_AFTER`` seconds. Dying after an
+``interrupt`` decision but before the stop request reaches the active run makes it an
+``enqueue``: the new run starts when the active one ends.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
-from reactq.shared.threads import ThreadStore, arm_first_step, end_of_run
+from reactq.shared.threads import ORPHAN_AFTER, ThreadStore, arm_first_step, end_of_run, skip_orphans
 from reactq.workers.config import ITERATE
 
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle
-
-#: A thread's active run that was never stored is released after this many seconds.
-ORPHAN_AFTER = 30.0
-
 
 class ThreadBusy(RequestError):
     """``multitask_strategy: reject`` while another run of the thread is active (HTTP 409)."""
@@ -115,10 +110,9 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
         return
     status = d.redis.hget(d.keys.run(active), "status")
     if status is None:
-        if _decided_long_ago(ts, tid, active):
-            nxt = ts.release(tid, active, [])
-            if nxt:
-                _start(d, nxt)
+        nxt = skip_orphans(ts, d.store, tid, active)
+        if nxt is not None and nxt != active:
+            _start(d, nxt)
         return
     if status.decode() not in TERMINAL_STATUSES:
         return  # the usual case: one field read
@@ -130,12 +124,6 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
         nxt = end_of_run(ts, d.store, tid, rec.state.model_copy(update={"thread_id": tid}))
         if nxt and nxt != active:
             _start(d, nxt)
-
-
-def _decided_long_ago(ts: ThreadStore, tid: str, run_id: str) -> bool:
-    entry = next((e for e in ts.runs(tid) if e.get("run_id") == run_id), None)
-    created = float(entry.get("created_at", 0)) if entry else 0.0
-    return time.time() - created > ORPHAN_AFTER
 
 
 def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:

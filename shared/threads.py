@@ -169,6 +169,25 @@ class ThreadStore:
         return bool(self._touch(keys=self.keys.thread_keys(thread_id), args=[self.ttl]))
 
 
+#: A thread's run that was decided but never stored (its submitter died in between) is
+#: skipped once its decision is this many seconds old.
+ORPHAN_AFTER = 30.0
+
+
+def skip_orphans(threads: ThreadStore, runs: RunStore, thread_id: str, nxt: str | None) -> str | None:
+    """The thread's active run ``nxt``, after releasing any that was never stored and is
+    older than ``ORPHAN_AFTER`` (a younger one is being stored by a live submitter, which
+    sends it itself once it sees it active)."""
+    for _ in range(100):
+        if nxt is None or runs.r.exists(runs.keys.run(nxt)):
+            return nxt
+        entry = next((e for e in threads.runs(thread_id) if e.get("run_id") == nxt), None)
+        if entry is not None and time.time() - float(entry.get("created_at", 0)) <= ORPHAN_AFTER:
+            return None
+        nxt = threads.release(thread_id, nxt, [])
+    return nxt
+
+
 def arm_first_step(client: redis.Redis, keys: Keys, run_id: str, after_seconds: float) -> None:
     """Let the lease watchdogs resend a thread run's first step if nobody starts it.
 
@@ -212,7 +231,8 @@ def end_of_run(threads: ThreadStore, runs: RunStore, thread_id: str, state: RunS
     followups: list[tuple[str, str]] = []
     if state.status != "cancelled" and threads.active(thread_id) == state.run_id:
         followups = _followup_runs(runs, state)
-    return threads.release(thread_id, state.run_id, thread_turns(state, stop), followups)
+    nxt = threads.release(thread_id, state.run_id, thread_turns(state, stop), followups)
+    return skip_orphans(threads, runs, thread_id, nxt)
 
 
 def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
@@ -230,4 +250,5 @@ def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
     return out
 
 
-__all__ = ["Decision", "ThreadStore", "arm_first_step", "end_of_run", "run_thread"]
+__all__ = ["ORPHAN_AFTER", "Decision", "ThreadStore", "arm_first_step", "end_of_run", "run_thread",
+           "skip_orphans"]

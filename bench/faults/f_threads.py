@@ -6,7 +6,8 @@ pool), and stops them. Figures:
 
 * ``stop_s`` — interrupt sent → the active run's ``done`` (cancelled), p50 / max;
 * ``handoff_s`` — the stopped run's end → the new run's start (its first state), p50 / max;
-* ``recovered`` — trials whose new run succeeded from a valid history / trials;
+* ``recovered`` — trials whose old run ended cancelled and new run succeeded / trials;
+  ``stalled`` — trials where a run did not end within 60 s;
 * ``duplicate_events`` — events published twice (seq seen twice), over every run;
 * ``pairing_violations`` — LLM requests with a tool call not followed by exactly its results;
 * ``race_one_active`` — racing pairs that got exactly one run / pairs.
@@ -163,7 +164,7 @@ def _p(xs: list[float]) -> dict[str, float]:
     return {"p50": round(statistics.median(xs), 3), "max": round(max(xs), 3)} if xs else {}
 
 
-def run(trials: int = 3, races: int = 10) -> dict[str, Any]:
+def run(trials: int = 5, races: int = 10) -> dict[str, Any]:
     from reactq.dispatcher.client import Dispatcher
 
     began = time.monotonic()
@@ -175,13 +176,17 @@ def run(trials: int = 3, races: int = 10) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for kill in (False, True):
             figures: dict[str, list[float]] = {"stop_s": [], "handoff_s": [], "duplicates": []}
-            ok = 0
+            ok = stalled = tried = 0
             for _ in range(trials):
                 if time.monotonic() - began > DEADLINE_S:
                     break
-                ok += _trial(p, d, kill, figures)
+                tried += 1
+                try:
+                    ok += _trial(p, d, kill, figures)
+                except TimeoutError:
+                    stalled += 1
             out["kill9" if kill else "no_kill"] = {
-                "recovered": f"{ok}/{len(figures['stop_s'])}", "stop_s": _p(figures["stop_s"]),
+                "recovered": f"{ok}/{tried}", "stalled": stalled, "stop_s": _p(figures["stop_s"]),
                 "handoff_s": _p(figures["handoff_s"]), "duplicate_events": int(sum(figures["duplicates"]))}
         d2 = Dispatcher(p.settings())
         won = sum(_race(d, d2) for _ in range(races))

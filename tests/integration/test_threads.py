@@ -533,3 +533,26 @@ def test_a_handed_on_run_whose_first_message_is_lost_is_sent_again(workers, disp
     wthreads.ended(rt, dispatcher.store.load(ghost).state, lambda *a: lost.append(a))
     assert lost == [("reactq.iterate", [rid, 0], "reactq.runs")], "the first step was sent (and lost)"
     assert dispatcher.handle(rid).result(timeout=30)["answer"] == "found"
+
+
+def test_a_run_decided_but_never_stored_is_skipped_once_old(r):
+    """A submitter that died between the decision and storing the run must not block the
+    thread: the hand-off skips such a run once its decision is older than ORPHAN_AFTER."""
+    from reactq.shared.engine.state import RunState
+    from reactq.shared.store import RunStore
+    from reactq.shared.threads import ORPHAN_AFTER, ThreadStore, end_of_run
+
+    ts, runs = ThreadStore(r), RunStore(r)
+    tid = _tid()
+    assert ts.submit(tid, "a1", "enqueue", "qa").kind == "start"
+    ts.submit(tid, "lost-old", "enqueue", "q?", now=time.time() - ORPHAN_AFTER - 1)
+    ts.submit(tid, "b1", "enqueue", "qb")
+    runs.create("b1", {"query": "qb", "thread_id": tid})
+    ts.submit(tid, "lost-new", "enqueue", "q?")
+    done = RunState(run_id="a1", query="qa", model="m", mode="native", max_iterations=1, thread_id=tid,
+                    phase="done", status="succeeded", final_answer="A")
+    assert end_of_run(ts, runs, tid, done) == "b1", "the old orphan is skipped"
+    done_b = done.model_copy(update={"run_id": "b1", "query": "qb"})
+    assert end_of_run(ts, runs, tid, done_b) is None, "a young one is left to its live submitter"
+    assert ts.active(tid) == "lost-new"
+    r.delete(*ts.keys.thread_keys(tid), runs.keys.run("b1"))
