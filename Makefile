@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration bench install install-local clean down
+.PHONY: demo test test-unit test-integration test-faults bench faults install install-local clean down
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,12 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench
+
+faults: install
+	$(BIN)/python -m bench.faults
+
+test-faults: install
+	$(BIN)/python -m pytest -q -m faults tests/integration
 
 down:
 	-$(BIN)/reactq down
