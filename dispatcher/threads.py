@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
-from reactq.shared.threads import ORPHAN_AFTER, ThreadStore, arm_first_step, end_of_run, skip_orphans
+from reactq.shared.threads import (
+    ORPHAN_AFTER,
+    ThreadStore,
+    arm_first_step,
+    end_of_run,
+    not_started,
+    skip_orphans,
+)
 from reactq.workers.config import ITERATE
 
 if TYPE_CHECKING:
@@ -111,7 +118,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     status = d.redis.hget(d.keys.run(active), "status")
     if status is None:
         nxt = skip_orphans(ts, d.store, tid, active)
-        if nxt is not None and nxt != active:
+        if nxt != active and not_started(d.store, nxt):
             _start(d, nxt)
         return
     if status.decode() not in TERMINAL_STATUSES:
@@ -122,7 +129,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
         return
     if rec.state is not None and rec.state.phase == "done":
         nxt = end_of_run(ts, d.store, tid, rec.state.model_copy(update={"thread_id": tid}))
-        if nxt and nxt != active:
+        if nxt != active and not_started(d.store, nxt):
             _start(d, nxt)
 
 

@@ -73,7 +73,10 @@ if active ~= ARGV[1] then
   redis.call('LREM', KEYS[3], 0, ARGV[1])
   return active or ''
 end
-if ARGV[2] ~= '' then redis.call('RPUSH', KEYS[4], ARGV[2]) end
+if ARGV[2] ~= '' then
+  redis.call('RPUSH', KEYS[4], ARGV[2])
+  redis.call('LTRIM', KEYS[4], -1000, -1)  -- runs read only the newest turns that fit
+end
 for i = #ARGV - 1, 5, -2 do redis.call('LPUSH', KEYS[3], ARGV[i]) end
 for i = 5, #ARGV - 1, 2 do redis.call('RPUSH', KEYS[2], ARGV[i + 1]) end
 local nxt = redis.call('LPOP', KEYS[3])
@@ -188,6 +191,14 @@ def skip_orphans(threads: ThreadStore, runs: RunStore, thread_id: str, nxt: str 
     return nxt
 
 
+def not_started(runs: RunStore, run_id: str | None) -> bool:
+    """True for a stored run that has not taken its first step (so someone must send it)."""
+    if run_id is None:
+        return False
+    status = runs.r.hget(runs.keys.run(run_id), "status")
+    return status is not None and _s(status) == "queued"
+
+
 def arm_first_step(client: redis.Redis, keys: Keys, run_id: str, after_seconds: float) -> None:
     """Let the lease watchdogs resend a thread run's first step if nobody starts it.
 
@@ -250,5 +261,5 @@ def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
     return out
 
 
-__all__ = ["ORPHAN_AFTER", "Decision", "ThreadStore", "arm_first_step", "end_of_run", "run_thread",
-           "skip_orphans"]
+__all__ = ["ORPHAN_AFTER", "Decision", "ThreadStore", "arm_first_step", "end_of_run", "not_started",
+           "run_thread", "skip_orphans"]

@@ -14,7 +14,7 @@ from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
 from reactq.shared.store import RunRecord
-from reactq.shared.threads import ThreadStore, arm_first_step, end_of_run, run_thread
+from reactq.shared.threads import ThreadStore, arm_first_step, end_of_run, not_started, run_thread
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def ended(rt: Runtime, state: RunState, send: Any) -> None:
     if not state.thread_id:
         return
     nxt = end_of_run(thread_store(rt), rt.store, state.thread_id, state)
-    if nxt is not None and nxt != state.run_id:
+    if nxt is not None and nxt != state.run_id and not_started(rt.store, nxt):
         arm_first_step(rt.redis, rt.keys, nxt, handoff_grace(rt.settings.lease_seconds))
         send(ITERATE, [nxt, 0], RUNS)
 
