@@ -61,11 +61,11 @@ def thread(
     as_json: bool = typer.Option(False, "--json", help="print the thread as JSON"),
 ) -> None:
     """A thread: its conversation so far, then its runs (oldest first)."""
+    import re
+
     from reactq.dispatcher import cli
     from reactq.dispatcher.threads import thread_view
     from reactq.shared.requests import THREAD_ID_PATTERN
-
-    import re
 
     if len(thread_id) > 200 or not re.match(THREAD_ID_PATTERN, thread_id):
         cli.fail("thread_id: 1..200 characters of A-Z a-z 0-9 . _ : -")

@@ -14,7 +14,13 @@ from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
 from reactq.shared.store import RunRecord
-from reactq.shared.threads import ThreadStore, arm_first_step, end_of_run, not_started, run_thread
+from reactq.shared.threads import (
+    ThreadStore,
+    arm_first_step,
+    end_of_run,
+    not_started,
+    run_thread,
+)
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ def main(argv: list[str]) -> int:
     for name in wanted:
         try:
             out[name] = importlib.import_module(f"bench.faults.f_{name}").run()
-        except Exception as exc:  # one broken module must not hide the others' figures
+        except Exception as exc:  # noqa: BLE001 — one broken module must not hide the others' figures
             traceback.print_exc()
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(out, sort_keys=True))

@@ -96,5 +96,12 @@ def thread_turns(state: RunState, stop: str | None) -> list[ChatMessage]:
             ChatMessage(role="assistant", content=answer)]
 
 
-__all__ = ["enriched_query", "fit_history", "previous_conversation", "thread_turns", "tools_called", "user_turn",
-           "HISTORY_MAX_CHARS"]
+__all__ = [
+    "HISTORY_MAX_CHARS",
+    "enriched_query",
+    "fit_history",
+    "previous_conversation",
+    "thread_turns",
+    "tools_called",
+    "user_turn",
+]

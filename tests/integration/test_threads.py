@@ -13,11 +13,11 @@ import uuid
 from typing import Any
 
 import pytest
-
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.threads import ThreadBusy, thread_view
 from reactq.shared.engine import prompts as P
 from reactq.shared.requests import RunRequest
+
 from tests.scripted_server import reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.integration
@@ -175,7 +175,7 @@ def test_enqueue_starts_the_next_run_when_the_active_one_ends(workers, dispatche
 
 def test_reject_refuses_while_the_thread_is_busy(workers, dispatcher, llm):
     tid = _tid()
-    q1, h1 = _first_run_mid_tool(dispatcher, llm, tid, seconds=1.0)
+    _, h1 = _first_run_mid_tool(dispatcher, llm, tid, seconds=1.0)
     with pytest.raises(ThreadBusy) as err:
         _submit(dispatcher, llm.unique("not now"), tid, "reject")
     assert err.value.active_run == h1.run_id and h1.run_id in str(err.value)
@@ -243,10 +243,11 @@ def test_two_clients_racing_on_one_thread_get_one_active_run(strategy, workers, 
         barrier = threading.Barrier(2)
         outcomes: list[Any] = [None, None]
 
-        def go(i: int) -> None:
+        def go(i: int, barrier: threading.Barrier = barrier, outcomes: list[Any] = outcomes,
+               clients: list[Dispatcher] = clients, tid: str = tid) -> None:
             barrier.wait()
             try:
-                outcomes[i] = _submit(clients[i], f"{q}", tid, strategy)
+                outcomes[i] = _submit(clients[i], q, tid, strategy)
             except ThreadBusy as exc:
                 outcomes[i] = exc
 
@@ -321,6 +322,7 @@ def _settings(redis_url: str, llm: Any) -> Any:
 def own_db(redis_url, llm, tmp_path):
     """A Redis database of its own (broker and store): only this test's workers see its tasks."""
     from reactq.shared.settings import Settings
+
     from tests.integration.conftest import WorkerFactory
 
     url = redis_url.rsplit("/", 1)[0] + f"/{next(_own_dbs)}"
@@ -490,7 +492,7 @@ def test_cli_run_on_a_thread_then_show_it(redis_url, llm, workers):
 
     def reactq(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "dispatcher", *args], cwd=ROOT, env=env, text=True,
-                              capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+                              capture_output=True, stdin=subprocess.DEVNULL, timeout=60, check=False)
 
     tid = _tid()
     q1 = llm.script(llm.unique("cli thread: remember 42"), [reply_text("ok")], synthesis=reply_text("Remembered 42."))
@@ -504,9 +506,8 @@ def test_cli_run_on_a_thread_then_show_it(redis_url, llm, workers):
     assert shown.returncode == 0, shown.stderr
     view = json.loads(shown.stdout)
     assert [r["query"] for r in view["runs"]] == [q1, q2] and view["active_run"] is None
-    from typer.testing import CliRunner
-
     from reactq.dispatcher.cli import app
+    from typer.testing import CliRunner
 
     def in_process(*args: str) -> Any:
         return CliRunner().invoke(app, list(args), env=env)

@@ -8,6 +8,7 @@ import asyncio
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.llm.testing import ScriptedLLM, text
 from reactq.shared.models import ChatMessage, ToolCallRequest
+
 from tests.pairing import pairing_problem
 
 

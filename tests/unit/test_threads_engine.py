@@ -7,11 +7,15 @@ import asyncio
 
 import pytest
 from pydantic import ValidationError
-
 from reactq.shared.engine import loop
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine.context import ContextGuard, estimate_messages
-from reactq.shared.engine.conversation import enriched_query, fit_history, previous_conversation, thread_turns
+from reactq.shared.engine.conversation import (
+    enriched_query,
+    fit_history,
+    previous_conversation,
+    thread_turns,
+)
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.synthesis import synthesis_messages
 from reactq.shared.models import ChatMessage, ToolCallRequest
@@ -21,7 +25,8 @@ HISTORY = [ChatMessage(role="user", content="my name is Ada"), ChatMessage(role=
 
 
 def _state(**kw: object) -> RunState:
-    base = dict(run_id="r", query="what is my name?", model="m", mode="native", max_iterations=5)
+    base: dict[str, object] = {"run_id": "r", "query": "what is my name?", "model": "m", "mode": "native",
+                               "max_iterations": 5}
     base.update(kw)
     return RunState(**base)  # type: ignore[arg-type]
 
@@ -118,12 +123,11 @@ def test_multitask_strategy_is_one_of_five():
 
 
 def test_tool_selection_on_a_thread_sees_the_previous_conversation():
+    from pydantic import BaseModel
     from reactq.shared.engine.steps import EngineDeps, select_step
     from reactq.shared.llm.testing import ScriptedLLM, tool_json
     from reactq.shared.settings import EngineConfig
     from reactq.shared.tools.base import Tool, ToolRegistry
-
-    from pydantic import BaseModel
 
     class A(BaseModel):
         x: str = ""
@@ -134,10 +138,10 @@ def test_tool_selection_on_a_thread_sees_the_previous_conversation():
     state = _state(history=HISTORY, available_tools=registry.names())
 
     class IO:
-        async def publish(self, events):  # noqa: ANN001, ANN202
+        async def publish(self, events):
             pass
 
-        async def interrupts(self, after):  # noqa: ANN001, ANN202
+        async def interrupts(self, after):
             return []
 
     asyncio.run(select_step(state, EngineDeps(llm=llm, registry=registry, config=EngineConfig()), IO()))
