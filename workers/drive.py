@@ -73,6 +73,10 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
         events = _fan_in(rt, state, current, send) if state.phase == "tools" else _llm_or_select(rt, state)
         if events is None:
             return  # tools still running: their last one sends the next iterate
+        if state.phase == "tools" and rt.store.cancel_requested(run_id):
+            # Asked to stop (cancel, or a newer message on its thread) while the LLM was
+            # thinking: the calls it just made are answered, never sent to a tool.
+            events += threads.stop(rt, state, rt.deps_for(state).clock())
         if not _commit(rt, state, current, events, send, chain=True, began=began):
             return
         if state.phase == "tools":

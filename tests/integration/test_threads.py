@@ -565,3 +565,24 @@ def test_a_run_decided_but_never_stored_is_skipped_once_old(r):
     assert end_of_run(ts, runs, tid, done_b) is None, "a young one is left to its live submitter"
     assert ts.active(tid) == "lost-new"
     r.delete(*ts.keys.thread_keys(tid), runs.keys.run("b1"))
+
+
+def test_an_interrupt_during_the_llm_call_sends_none_of_its_tool_calls(workers, dispatcher, llm):
+    """The LLM was thinking when the interrupt came; the calls its reply makes are answered
+    as interrupted and never run (no duplicate side effects after the user changed course)."""
+    tid = _tid()
+    q1 = llm.script(llm.unique("think, then charge the card"), [
+        reply_tool_calls([("p1", "charge_card", {"tag": f"never-{tid}", "seconds": 0.1})], delay=2.0),
+        reply_text("charged")], synthesis=reply_text("never"))
+    h1 = _submit(dispatcher, q1, tid)
+    _wait(lambda: _loop_requests(llm, q1), what="the LLM call")
+    q2 = llm.script(llm.unique("no, do not charge"), [reply_text("ok")], synthesis=reply_text("not charged"))
+    h2 = _submit(dispatcher, q2, tid, "interrupt")
+    assert h1.result(timeout=30)["status"] == "cancelled"
+    assert h2.result(timeout=30)["answer"] == "not charged"
+    s1 = dispatcher.store.load(h1.run_id).state
+    assert [(m.tool_call_id, m.content) for m in s1.messages if m.role == "tool"] == [
+        ("p1", P.INTERRUPTED_OBSERVATION)]
+    time.sleep(1.0)
+    assert _tool_end(dispatcher, f"never-{tid}") is None, "the tool never ran"
+    assert "charge_card" in thread_view(dispatcher, tid)["messages"][1]["content"]
