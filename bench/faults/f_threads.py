@@ -29,7 +29,6 @@ from typing import Any
 
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
-
 from tests.pairing import pairing_problem
 from tests.scripted_server import ScriptedServer, reply_text, reply_tool_calls
 

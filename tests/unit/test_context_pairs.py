@@ -8,7 +8,6 @@ import asyncio
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.llm.testing import ScriptedLLM, text
 from reactq.shared.models import ChatMessage, ToolCallRequest
-
 from tests.pairing import pairing_problem
 
 

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 from pydantic import ValidationError
+
 from reactq.shared.engine import loop
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine.context import ContextGuard, estimate_messages
