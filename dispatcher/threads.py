@@ -75,6 +75,9 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) 
     if decision.kind == "inject":
         assert active is not None
         handle = RunHandle(d, active, created=False)
+        if req.idempotency_key is not None and not d.redis.set(
+                d.keys.idem(req.idempotency_key), active, nx=True, ex=d.store._index_ttl):
+            return handle  # a retry of an injection that already happened: not twice
         handle.injected = True
         handle.interrupt_id = d.store.add_interrupt(active, req.query)
         return handle

@@ -17,6 +17,7 @@ import pytest
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.threads import ThreadBusy, thread_view
 from reactq.shared.engine import prompts as P
+from reactq.shared.requests import RunRequest
 from tests.integration.thread_kit import (
     first_run_mid_tool,
     first_turn,
@@ -80,8 +81,11 @@ def test_inject_puts_the_message_into_the_active_run(workers, dispatcher, llm):
     tid = new_tid()
     q1, h1 = first_run_mid_tool(dispatcher, llm, tid, seconds=1.5)
     q2 = llm.unique("also check the other thing")
-    h2 = submit(dispatcher, q2, tid, "inject")
+    retry = RunRequest(query=q2, thread_id=tid, idempotency_key=f"inject-{tid}")
+    h2 = dispatcher.submit(retry)
     assert h2.injected and h2.run_id == h1.run_id and h2.interrupt_id
+    again = dispatcher.submit(retry)
+    assert (again.run_id, again.injected, again.created) == (h1.run_id, False, False), "a retry injects nothing"
     events = run_events(dispatcher, h1.run_id)
     assert h1.result(timeout=30)["status"] == "succeeded"
     injects = [e.data for e in events if e.channel == "inject"]
