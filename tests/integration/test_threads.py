@@ -339,3 +339,27 @@ def test_an_interrupt_during_the_llm_call_sends_none_of_its_tool_calls(workers, 
     time.sleep(1.0)
     assert tool_end(dispatcher, f"never-{tid}") is None, "the tool never ran"
     assert "charge_card" in thread_view(dispatcher, tid)["messages"][1]["content"]
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+def test_a_run_that_is_cancelled_or_fails_hands_the_thread_on(ending, workers, dispatcher, llm):
+    """"A run that ends for any reason releases the thread and starts the next enqueued run";
+    its turn stays in the history as a note, so the next run knows it was not answered."""
+    from tests.scripted_server import reply_error
+
+    tid = new_tid()
+    if ending == "cancelled":
+        q1, h1 = first_run_mid_tool(dispatcher, llm, tid, seconds=3.0)
+    else:
+        q1 = llm.script(llm.unique("this one fails"), [
+            reply_error(400, {"error": {"message": "bad request"}}, delay=1.0)])
+        h1 = submit(dispatcher, q1, tid)
+    q2 = llm.script(llm.unique(f"after the {ending} one"), [reply_text("fine")], synthesis=reply_text("next"))
+    h2 = submit(dispatcher, q2, tid, "enqueue")
+    if ending == "cancelled":
+        h1.cancel()
+    assert h1.result(timeout=30)["status"] == ending
+    assert h2.result(timeout=30)["answer"] == "next"
+    history = [(m["role"], m.get("content")) for m in first_turn(llm, q2)["messages"][1:-1]]
+    assert history[0] == ("user", q1)
+    assert history[1][0] == "assistant" and ending in history[1][1]
