@@ -208,6 +208,37 @@ def test_two_clients_racing_on_one_thread_get_one_active_run(strategy, workers, 
         assert created[0].result(timeout=30)["status"] == "succeeded"
 
 
+def test_racing_enqueues_run_one_at_a_time_each_from_the_ones_before(workers, settings, llm):
+    """Five clients enqueue on one idle thread at once: one starts, four wait; no two runs of
+    the thread ever overlap, and each starts from every answer before it."""
+    tid = new_tid()
+    queries = [llm.script(llm.unique(f"enqueue race {i}"), [reply_text(f"r{i}", delay=0.3)],
+                          synthesis=reply_text(f"answer {i}")) for i in range(5)]
+    clients = [Dispatcher(settings) for _ in queries]
+    for c in clients:
+        c.catalog()
+    barrier = threading.Barrier(len(queries))
+    handles: list[Any] = [None] * len(queries)
+
+    def go(i: int) -> None:
+        barrier.wait()
+        handles[i] = submit(clients[i], queries[i], tid, "enqueue")
+
+    ts = [threading.Thread(target=go, args=(i,)) for i in range(len(queries))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert all(h is not None and h.created for h in handles)
+    for h in handles:
+        assert h.result(timeout=60)["status"] == "succeeded"
+    states = sorted((clients[0].store.load(h.run_id).state for h in handles), key=lambda s: s.started_at)
+    for before, after in zip(states, states[1:]):
+        assert after.started_at >= before.ended_at, "two runs of one thread overlapped"
+    for n, state in enumerate(states):
+        assert len(state.history) == 2 * n, "each run starts from every answer before it"
+
+
 # ----------------------------------------------------------------------------- HTTP
 
 
