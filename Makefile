@@ -3,8 +3,8 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration test-browser bench install install-local install-browser clean down lint typecheck gates \
-	test-rabbitmq test-cluster test-tls test-netns test-scale
+.PHONY: demo test test-unit test-integration test-browser test-faults bench faults install install-local install-browser \
+	clean down lint typecheck gates test-rabbitmq test-cluster test-tls test-netns test-scale
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,12 @@ test-netns: install
 	$(BIN)/python -m pytest -q -s -m netns tests/scale
 
 test-scale: test-rabbitmq test-cluster test-tls test-netns
+
+faults: install
+	$(BIN)/python -m bench.faults
+
+test-faults: install
+	$(BIN)/python -m pytest -q -m faults tests/integration
 
 down:
 	-$(BIN)/reactq down

@@ -31,6 +31,8 @@ from reactq.shared.settings import Settings
 from rich.console import Console
 from rich.table import Table
 
+from reactq.dispatcher import threads_cli
+
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle
     from reactq.shared.events import Event
@@ -169,7 +171,7 @@ def run_distributed(req: RunRequest, s: Settings, as_json: bool) -> int:
     except RequestError as exc:
         fail(f"invalid request: {exc}")
     ensure_local_workers(s, d)
-    handle = d.submit(req)
+    handle = threads_cli.submit(d, req)
     err.print(f"[dim]run {handle.run_id} · watch: reactq watch {handle.run_id}[/]")
     try:
         return follow(handle, as_json=as_json)
@@ -235,9 +237,15 @@ def run(
     max_iterations: int | None = typer.Option(None, "--max-iterations", help="loop limit (1..200)"),
     no_completion_check: bool = typer.Option(False, "--no-completion-check",
                                              help="skip the one-time completion checklist"),
+    thread: str | None = typer.Option(None, "--thread", help="continue this thread's conversation"),
+    strategy: threads_cli.Strategy = typer.Option(threads_cli.Strategy.inject, "--strategy",
+                                                  help="while the thread has an active run"),
 ) -> None:
     """Run an agent and render it live: thinking, tool calls, the streamed answer, a footer."""
     req = build_request(query, model, tools, mode, max_iterations, not no_completion_check)
+    req = threads_cli.with_thread(req, thread, strategy)
+    if thread and local:
+        fail("--thread needs Redis and workers: it cannot be combined with --local")
     s = settings()
     try:
         code = run_in_process(req, s, as_json) if local else run_distributed(req, s, as_json)
@@ -463,6 +471,9 @@ def tools(as_json: bool = typer.Option(False, "--json")) -> None:
         table.add_row(row["name"], row["description"].splitlines()[0] if row["description"] else "",
                       "yes" if row["idempotent"] else "no")
     out.print(table)
+
+
+app.command("thread")(threads_cli.thread)
 
 
 def main() -> None:

@@ -35,6 +35,10 @@ from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config
 class RunHandle:
     """One submitted run. Cheap to create from an id (``Dispatcher.handle``)."""
 
+    #: Threads: the query went into this (active) run as a user interrupt; no run was made.
+    injected: bool = False
+    interrupt_id: str | None = None
+
     def __init__(self, dispatcher: Dispatcher, run_id: str, *, created: bool = True) -> None:
         self.d = dispatcher
         self.run_id = run_id
@@ -151,6 +155,10 @@ class Dispatcher:
         existing run and enqueues nothing. ``batch_id`` files the run under its HTTP batch
         in the run index (``GET /v1/runs?batch_id=``)."""
         req = self.validate(request)
+        if req.thread_id is not None:
+            from reactq.dispatcher.threads import submit_on_thread
+
+            return submit_on_thread(self, req, run_id)
         rid, created = self.store.create(run_id or uuid.uuid4().hex, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id)
         if created:

@@ -49,6 +49,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, Field, ValidationError
 
 from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name, mark_duplicates, parse_obj, parse_text
+from reactq.dispatcher import threads_http
 from reactq.dispatcher.client import Dispatcher
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import ConfigError, RequestError, RunNotFound
@@ -278,10 +279,14 @@ def _register_runs(app: FastAPI, gw: Gateway) -> None:
         """Validate and enqueue a run."""
         try:
             handle = d.submit(req)
+        except threads_http.ThreadBusy as exc:
+            return threads_http.busy_reply(exc)
         except RequestError as exc:
             return field_error(exc.field, str(exc))
         except ValidationError as exc:
             raise RequestValidationError(exc.errors(include_url=False)) from exc
+        if handle.injected:
+            return threads_http.submit_reply(handle)
         base = f"/v1/runs/{handle.run_id}"
         return RunCreated(run_id=handle.run_id, events_url=f"{base}/events", status_url=base,
                           created=handle.created)
@@ -468,6 +473,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
 
     app.include_router(runs_index_http.router)
     app.include_router(ui_http.router)
+    app.include_router(threads_http.router)
     # Outermost first: auth refuses before a large body is read at all.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:

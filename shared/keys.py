@@ -28,6 +28,11 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
 | ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
+| ``thread:{tid}``                  | hash   | dispatcher, workers   | ``run_ttl`` once idle       |
+|   fields: active (run id), stop:<run id> (interrupt|rollback), updated_at
+| ``thread:{tid}:runs``             | list   | dispatcher            | with the thread (JSON {run_id, query, created_at}) |
+| ``thread:{tid}:queue``            | list   | dispatcher, workers   | with the thread (enqueued run ids, FIFO) |
+| ``thread:{tid}:history``          | list   | workers (release)     | with the thread (JSON {run_id, messages}) |
 
 The rule every new key follows (so that ``REACTQ_REDIS_CLUSTER=true`` keeps working):
 
@@ -168,3 +173,21 @@ class Keys:
             inner = key[len(head):-1]
             return inner if "}" not in inner and "{" not in inner else None
         return None
+
+    def thread(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}"
+
+    def thread_runs(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}:runs"
+
+    def thread_queue(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}:queue"
+
+    def thread_history(self, thread_id: str) -> str:
+        return f"{self.prefix}thread:{{{thread_id}}}:history"
+
+    def thread_keys(self, thread_id: str) -> list[str]:
+        """Every key of one thread, in the order the thread scripts take them."""
+        return [self.thread(thread_id), self.thread_runs(thread_id), self.thread_queue(thread_id),
+                self.thread_history(thread_id)]
+

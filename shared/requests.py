@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from reactq.shared.errors import RequestError
 
 Mode = Literal["auto", "json", "native"]
+MultitaskStrategy = Literal["inject", "enqueue", "reject", "interrupt", "rollback"]
+#: A thread id is also a Redis Cluster hash tag (``reactq:thread:{id}``): no braces in it.
+THREAD_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 ModelHint = Literal["fast", "reasoning"]
 
 
@@ -31,6 +34,10 @@ class RunRequest(BaseModel):
     system_prompt: str | None = Field(None, max_length=100_000)
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    thread_id: str | None = Field(None, min_length=1, max_length=200, pattern=THREAD_ID_PATTERN)
+    """Runs with one thread id share a conversation (DESIGN "Threads and double texting")."""
+    multitask_strategy: MultitaskStrategy = "inject"
+    """What this run does while another run of its thread is active."""
 
     @field_validator("query")
     @classmethod

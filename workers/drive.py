@@ -22,7 +22,7 @@ from reactq.shared.inprocess import new_state
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
-from reactq.workers import metrics
+from reactq.workers import metrics, threads
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -59,16 +59,25 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     rec = rt.store.load(run_id)
     if _stale(rec, step_no):
         return
+    if rec.state is not None and rec.state.phase == "done":
+        threads.ended(rt, rec.state, send)  # resumed after a crash that followed the last commit
+        return
     state = rec.state or _initial_state(rt, rec)
+    if rec.state is None and not threads.prepare(rt, rec, state):
+        return
     current = rec.step_no
     while state.phase in ("select", "llm", "tools"):
         if rt.store.cancel_requested(run_id):
-            _commit(rt, state, current, loop.cancel(state, now=rt.deps_for(state).clock()), send)
+            _commit(rt, state, current, threads.stop(rt, state, rt.deps_for(state).clock()), send)
             return
         began = time.time()
         events = _fan_in(rt, state, current, send) if state.phase == "tools" else _llm_or_select(rt, state)
         if events is None:
             return  # tools still running: their last one sends the next iterate
+        if state.phase == "tools" and rt.store.cancel_requested(run_id):
+            # Asked to stop (cancel, or a newer message on its thread) while the LLM was
+            # thinking: the calls it just made are answered, never sent to a tool.
+            events += threads.stop(rt, state, rt.deps_for(state).clock())
         if not _commit(rt, state, current, events, send, chain=True, began=began):
             return
         if state.phase == "tools":
@@ -91,12 +100,15 @@ def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
 def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     """Stream the synthesis and finish the run."""
     rec = rt.store.load(run_id)
+    if rec.state is not None and rec.state.phase == "done" and step_no is None:
+        threads.ended(rt, rec.state, send)  # resumed after a crash that followed the last commit
+        return
     if _stale(rec, step_no) or rec.state is None or rec.state.phase != "answer":
         return
     state = rec.state
     deps = rt.deps_for(state)
     if rec.cancel:
-        events = loop.cancel(state, now=deps.clock())
+        events = threads.stop(rt, state, deps.clock())
     else:
         try:
             events = rt.run(steps.answer_step(state, deps, StoreIO(rt, run_id), published_seq=rec.pub_seq))
@@ -179,6 +191,8 @@ def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], sen
     metrics.on_commit(rt, state, step_no, events, began)
     if not (chain and state.phase in ("select", "llm", "answer")):
         schedule(state, send)
+    if state.phase == "done":
+        threads.ended(rt, state, send)  # a run that ends for any reason hands its thread on
     return True
 
 

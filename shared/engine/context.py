@@ -183,8 +183,9 @@ class ContextGuard:
         if len(compactable) <= self.keep_recent:
             return smart_truncate(messages, budget)
         pinned, compactable = _unpin_overflow(pinned, compactable, budget)
-        old = compactable[: -self.keep_recent]
-        recent = compactable[-self.keep_recent:]
+        old, recent = _split_whole_turns(compactable, self.keep_recent)
+        if not old:
+            return smart_truncate(messages, budget)
         summary = await self._summarize(old, hint)
         if not summary:
             return smart_truncate(messages, budget)
@@ -208,6 +209,17 @@ class ContextGuard:
             return ""
         self.usage = self.usage + Usage.from_dict(result.usage)
         return _clean_summary(result.message.text())
+
+
+def _split_whole_turns(compactable: list[ChatMessage],
+                       keep: int) -> tuple[list[ChatMessage], list[ChatMessage]]:
+    """S71's "last ``keep``", moved back so that the kept part does not start with tool
+    results whose assistant call would be summarized away (providers refuse a tool
+    message that answers no call)."""
+    split = max(0, len(compactable) - keep)
+    while split > 0 and compactable[split].role == "tool":
+        split -= 1
+    return compactable[:split], compactable[split:]
 
 
 def _unpin_overflow(pinned: list[ChatMessage], compactable: list[ChatMessage],

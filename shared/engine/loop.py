@@ -81,9 +81,13 @@ def start(state: RunState, schemas: list[dict[str, Any]], *, now: float) -> None
     """Build the first messages (S3) from the schemas of the run's tools."""
     if state.tool_names is None:
         set_tools(state, None)
+    # A thread's earlier turns come between the system prompt and the query, pinned like
+    # injected messages (the context guard still unpins and compacts them when they
+    # outgrow half its budget).
     state.messages = [
         ChatMessage(role="system", content=P.system_prompt(state.mode, schemas, now=now,
                                                             extra=state.system_prompt)),
+        *(m.model_copy(update={"pinned": True}) for m in state.history),
         ChatMessage(role="user", content=state.query, pinned=True),
     ]
     state.phase = "llm"
@@ -411,20 +415,37 @@ def fail(state: RunState, error: BaseException | str, *, now: float, kind: str =
 
 def cancel(state: RunState, *, now: float, reason: str = "cancelled by request") -> list[Event]:
     """End a run on request at a step boundary; open tool calls get an answer (valid history)."""
-    _answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    return _stop(state, now, P.CANCELLED_OBSERVATION, f"Run cancelled: {reason}", "cancelled")
+
+
+def interrupt(state: RunState, *, now: float, strategy: str) -> list[Event]:
+    """End a run because a new message on its thread interrupts it (``interrupt`` or
+    ``rollback``): status ``cancelled``; an open tool call is answered as *interrupted*,
+    neither as run nor as refused."""
+    message = f"Run interrupted: a new message on its thread took over ({strategy})"
+    return _stop(state, now, P.INTERRUPTED_OBSERVATION, message, "interrupted", strategy=strategy)
+
+
+def _stop(state: RunState, now: float, observation: str, message: str, kind: str,
+          **extra: Any) -> list[Event]:
+    _answer_open_calls(state, observation)
     state.status = "cancelled"
     state.phase = "done"
     state.ended_at = now
     answer = state.answer or ""
     state.final_answer = answer
-    return [emit(state, "error", message=f"Run cancelled: {reason}", kind="cancelled"),
+    return [emit(state, "error", message=message, kind=kind, **extra),
             _done(state, answer, state.iteration, None)]
 
 
 def _answer_open_calls(state: RunState, text: str) -> None:
+    # Every open call gets its tool message right after the assistant turn that made it,
+    # so the history stays valid for every provider however the run ends.
     for call in state.pending_calls + state.refused_calls:
         if state.mode == "native":
             state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
+        elif text == P.INTERRUPTED_OBSERVATION:
+            state.messages.append(ChatMessage(role="user", content=f"Observation: {text}"))
         else:
             state.messages.append(ChatMessage(role="user", content=f"Observation: Error: {text}"))
     state.pending_calls, state.refused_calls = [], []

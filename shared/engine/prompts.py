@@ -65,6 +65,10 @@ TOO_MANY_TOOL_CALLS = (
     "(REACTQ_MAX_TOOL_CALLS_PER_TURN). Call it again in a later turn if you still need it."
 )
 CANCELLED_OBSERVATION = "Tool call cancelled: the run was cancelled before it finished."
+INTERRUPTED_OBSERVATION = (
+    "Tool call interrupted: the user sent a new message and this run was stopped before "
+    "it used the result of this call."
+)
 UNCERTAIN_OBSERVATION = (
     "The worker running this tool stopped before reporting a result. The tool is not "
     "idempotent, so it was not run again: its effect is UNKNOWN. Check before retrying."

@@ -79,6 +79,10 @@ class RunState(BaseModel):
     """The run's allowlist, resolved when it was created."""
     tool_names: list[str] | None = None
     """The tools the loop uses (after selection); None until the run has started."""
+    thread_id: str | None = None
+    """The thread the run belongs to (RunRequest.thread_id); the engine does not use it."""
+    history: list[ChatMessage] = Field(default_factory=list)
+    """The thread's earlier turns (user/assistant pairs), before the query; empty without a thread."""
     phase: Phase = "select"
     status: Status = "running"
     messages: list[ChatMessage] = Field(default_factory=list)

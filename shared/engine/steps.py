@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from reactq.shared.engine import loop
 from reactq.shared.engine.context import ContextGuard
+from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
@@ -66,8 +67,9 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Eve
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])
         available = deps.registry.filtered(state.available_tools)
+        # On a thread, "and the other one?" needs the conversation to pick tools (S81 block).
         selected = await select_tools(
-            deps.selection_llm or deps.llm, state.query, available,
+            deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
             max_tools=deps.config.tool_selection_max,
             desc_length=deps.config.compact_catalog_desc_length,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from reactq.shared.engine import prompts as P
+from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ChatMessage
 
@@ -29,7 +30,9 @@ def synthesis_messages(state: RunState, *, directive: str | None = None,
         trace += f"\nAssistant answer draft: {state.answer}"
     return [
         ChatMessage(role="system", content=system),
-        ChatMessage(role="user", content=f"Question: {state.query}\n\nAgent execution trace:\n{trace}"),
+        # On a thread the question comes with the seed's "Previous conversation" block (S81).
+        ChatMessage(role="user", content=f"Question: {enriched_query(state.history, state.query)}"
+                                         f"\n\nAgent execution trace:\n{trace}"),
     ]
 
 

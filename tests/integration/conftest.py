@@ -57,7 +57,13 @@ class ScriptBook:
         return query
 
     def __call__(self, request: dict[str, Any]) -> Reply:
+        threaded = self._thread_turn(request)
+        if threaded is not None:
+            return threaded
         query = first_user_text(request)
+        if "\nCurrent request: " in query:
+            # A thread's synthesis (S81): the script is the current request's, not an earlier one's.
+            query = query.rsplit("\nCurrent request: ", 1)[1]
         with self._lock:
             found = self.scripts.get(query)
         if found is None:
@@ -72,6 +78,24 @@ class ScriptBook:
         if request.get("stream"):
             return synthesis or reply_text("final answer")
         return turns[min(count_assistant_messages(request), len(turns) - 1)]
+
+    def _thread_turn(self, request: dict[str, Any]) -> Reply | None:
+        """A run on a thread starts from earlier runs' turns: the script is that of the LAST
+        user message that is a registered query, and turns count from there."""
+        messages = request.get("messages") or []
+        if request.get("stream") or sum(1 for m in messages if m.get("role") == "user") < 2:
+            return None
+        for i in range(len(messages) - 1, -1, -1):
+            m = messages[i]
+            if m.get("role") != "user" or not isinstance(m.get("content"), str) or i == 0:
+                continue
+            with self._lock:
+                found = self.scripts.get(m["content"])
+            if found is not None and any(x.get("role") == "assistant" for x in messages[:i]):
+                turns = found[0]
+                taken = sum(1 for x in messages[i:] if x.get("role") == "assistant")
+                return turns[min(taken, len(turns) - 1)]
+        return None
 
 
 class LLMFixture:
@@ -131,6 +155,23 @@ class Backend:
 
 
 BACKEND_VARS = ("REACTQ_BROKER_URL", "REACTQ_REDIS_CLUSTER")
+
+
+@pytest.fixture(autouse=True)
+def _histories_every_provider_accepts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every chat request the scripted LLM received during the test pairs each assistant
+    tool call with its result (tests/pairing.py) — whatever the test did to the run."""
+    if "llm" not in request.fixturenames:
+        yield
+        return
+    server = request.getfixturevalue("llm").server
+    start = len(server.requests)
+    yield
+    from tests.pairing import pairing_problem
+
+    bad = [(n, problem) for n, rec in enumerate(list(server.requests)[start:], start)
+           if (problem := pairing_problem(rec.body))]
+    assert not bad, f"LLM requests a provider would refuse: {bad[:3]}"
 
 
 @pytest.fixture(scope="session")

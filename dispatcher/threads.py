@@ -1,0 +1,157 @@
+"""Submitting a run on a thread (``RunRequest.thread_id``): the multitask strategies.
+
+``Dispatcher.submit`` hands every request with a ``thread_id`` to ``submit_on_thread``.
+The decision itself is one Lua script (``ThreadStore.submit``); what follows it here is
+storing the run and sending its first task (or asking the active run to stop, or
+injecting the query into it).
+
+Order of writes, and what a submitter that dies half-way leaves behind: the decision is
+made first, then the run is stored. Dying in between leaves the thread holding a run that
+was never stored; the hand-off past it (and the next submission or read of the thread)
+skips it once the decision is older than ``ORPHAN_AFTER`` seconds. Dying after an
+``interrupt`` decision but before the stop request reaches the active run makes it an
+``enqueue``: the new run starts when the active one ends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.requests import RunRequest
+from reactq.shared.threads import (
+    ORPHAN_AFTER,
+    ThreadStore,
+    arm_first_step,
+    end_of_run,
+    not_started,
+    skip_orphans,
+)
+from reactq.workers.config import ITERATE
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.client import Dispatcher, RunHandle
+
+class ThreadBusy(RequestError):
+    """``multitask_strategy: reject`` while another run of the thread is active (HTTP 409)."""
+
+    def __init__(self, thread_id: str, active_run: str) -> None:
+        super().__init__(f"thread {thread_id} is busy with run {active_run} "
+                         "(multitask_strategy=reject)", field="thread_id")
+        self.thread_id = thread_id
+        self.active_run = active_run
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.thread_id, self.active_run))
+
+
+def thread_store(d: Dispatcher) -> ThreadStore:
+    ts: ThreadStore | None = d.__dict__.get("_thread_store")
+    if ts is None:
+        ts = d.__dict__["_thread_store"] = ThreadStore(d.redis, keys=d.keys,
+                                                       ttl_seconds=d.settings.run_ttl_seconds)
+    return ts
+
+
+def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) -> RunHandle:
+    """Start, enqueue, inject, reject or stop-and-replace, as ``req.multitask_strategy`` says."""
+    from reactq.dispatcher.client import RunHandle
+
+    assert req.thread_id is not None
+    tid = req.thread_id
+    if req.idempotency_key is not None:
+        existing = d.redis.get(d.keys.idem(req.idempotency_key))
+        if existing:
+            return RunHandle(d, existing.decode(), created=False)
+    ts = thread_store(d)
+    repair(d, ts, tid)
+    rid = run_id or uuid.uuid4().hex
+    decision = ts.submit(tid, rid, req.multitask_strategy, req.query)
+    active = decision.active_run
+    if decision.kind == "reject":
+        raise ThreadBusy(tid, active or "?")
+    if decision.kind == "inject":
+        assert active is not None
+        handle = RunHandle(d, active, created=False)
+        if req.idempotency_key is not None and not d.redis.set(
+                d.keys.idem(req.idempotency_key), active, nx=True, ex=d.store._index_ttl):
+            return handle  # a retry of an injection that already happened: not twice
+        handle.injected = True
+        handle.interrupt_id = d.store.add_interrupt(active, req.query)
+        return handle
+    stored, created = d.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key)
+    if decision.kind == "start":
+        _start(d, rid)
+    elif decision.kind == "stopping" and active is not None:
+        _ask_to_stop(d, active)
+    if decision.kind != "start" and ts.active(tid) == rid:
+        # The active run ended between the decision and ``create``: its worker sent this
+        # run's first task before the run existed, and that task found nothing. Again.
+        _start(d, rid)
+    return RunHandle(d, stored, created=created)
+
+
+def _start(d: Dispatcher, run_id: str) -> None:
+    """Send a thread run's first step, with a watchdog armed in case it is never started."""
+    arm_first_step(d.redis, d.keys, run_id, max(5.0, 3 * d.settings.lease_seconds))
+    d.send(ITERATE, [run_id, 0])
+
+
+def _ask_to_stop(d: Dispatcher, run_id: str) -> None:
+    """The active run stops at its next step boundary (as a cancel; the thread says why)."""
+    try:
+        rec = d.store.load(run_id)
+    except RunNotFound:
+        return
+    if rec.status in TERMINAL_STATUSES:
+        return
+    d.store.request_cancel(run_id)
+    # Nudge: a run waiting on slow tools stops now instead of when they report.
+    d.send(ITERATE, [run_id, rec.step_no])
+
+
+def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
+    """Hand the thread on if its active run has ended but was never released (its worker
+    died in between and no task was left to redo it), or was never stored at all."""
+    active = ts.active(tid)
+    if active is None:
+        return
+    status = d.redis.hget(d.keys.run(active), "status")
+    if status is None:
+        nxt = skip_orphans(ts, d.store, tid, active)
+        if nxt != active and not_started(d.store, nxt):
+            _start(d, nxt)
+        return
+    if status.decode() not in TERMINAL_STATUSES:
+        return  # the usual case: one field read
+    try:
+        rec = d.store.load(active)
+    except RunNotFound:
+        return
+    if rec.state is not None and rec.state.phase == "done":
+        nxt = end_of_run(ts, d.store, tid, rec.state.model_copy(update={"thread_id": tid}))
+        if nxt != active and not_started(d.store, nxt):
+            _start(d, nxt)
+
+
+def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:
+    """``{thread_id, active_run, runs: [{run_id, status, query, created_at}], messages}``;
+    None when there is no such thread (never used, or expired)."""
+    ts = thread_store(d)
+    if not ts.touch(tid):
+        return None
+    repair(d, ts, tid)
+    entries = ts.runs(tid)
+    pipe = d.redis.pipeline(transaction=False)
+    for e in entries:
+        pipe.hget(d.keys.run(e["run_id"]), "status")
+    statuses = pipe.execute() if entries else []
+    runs = [{"run_id": e["run_id"], "status": s.decode() if s else "expired", "query": e["query"],
+             "created_at": e["created_at"]} for e, s in zip(entries, statuses)]
+    messages = [m.model_dump(mode="json", include={"role", "content"}) for m in ts.history(tid)]
+    return {"thread_id": tid, "active_run": ts.active(tid), "runs": runs, "messages": messages}
+
+
+__all__ = ["ORPHAN_AFTER", "ThreadBusy", "repair", "submit_on_thread", "thread_store", "thread_view"]
