@@ -13,7 +13,8 @@ from fastapi.testclient import TestClient
 
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.dispatcher.dag_cli import UsageError, load_request, steps_table
-from reactq.dispatcher.dag_http import DagHttp, router
+from reactq.dispatcher.http.dags import router
+from reactq.dispatcher.http.gateway import Gateway
 from reactq.shared.dag import machine as M
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import ExecutionPlan, PlanStep
@@ -157,7 +158,7 @@ def client(dags: tuple[DagDispatcher, Sent], server: fakeredis.FakeServer) -> Te
     app = FastAPI()
     app.include_router(router)
     d, _ = dags
-    app.state.dag_http = DagHttp(d.settings, keepalive=0.05, dags=d,
+    app.state.gateway = Gateway(d.settings, keepalive=0.05, dags=d,
                                  aredis=fakeredis.aioredis.FakeRedis(server=server))
     return TestClient(app)
 
