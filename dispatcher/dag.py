@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from reactq.dispatcher.client import Dispatcher
+from reactq.dispatcher.client import Dispatcher, check_interrupt
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
@@ -107,11 +107,11 @@ class DagHandle:
 
     def interrupt(self, text: str) -> str:
         """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
-        if not text.strip():
-            raise RequestError("content must not be empty", field="content")
+        s = self.d.settings
+        check_interrupt(text, s.max_interrupt_chars)
         if self.d.store.load(self.dag_id).status in TERMINAL_DAG_STATUSES:
             raise RequestError(f"DAG {self.dag_id} has already ended", field="dag_id")
-        msg_id = self.d.store.add_interrupt(self.dag_id, text)
+        msg_id = self.d.store.add_interrupt(self.dag_id, text, limit=s.max_interrupts)
         self.d.runs.send(ADVANCE, [self.dag_id, None])
         return msg_id
 

@@ -17,7 +17,7 @@ from fastapi import APIRouter, FastAPI
 
 from reactq.dispatcher.http import batches, dags, errors, ops, runs
 from reactq.dispatcher.http.gateway import Gateway
-from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit
+from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
 from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
 
@@ -50,7 +50,9 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     errors.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    # Outermost first: auth refuses before a large body is read at all.
+    # Added innermost first: auth refuses before a large body is read at all, and only a
+    # body within the limit is parsed.
+    app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:
         app.add_middleware(BearerAuth, token=settings.api_token)

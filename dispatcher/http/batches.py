@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from reactq.dispatcher.batch import mark_duplicates, parse_obj, parse_text
 from reactq.dispatcher.http.errors import field_error, not_found
 from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.shared.errors import RequestError
+from reactq.shared.inputs import ID_PATTERN, decode_utf8
 from reactq.shared.requests import RunRequest
 
 router = APIRouter(tags=["batches"])
@@ -25,9 +27,14 @@ router = APIRouter(tags=["batches"])
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
 
 
+BatchId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+
+
 class BatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     requests: list[Any] = Field(..., min_length=1, max_length=100_000)
-    concurrency: int = Field(8, ge=1, le=1000)
+    concurrency: StrictInt = Field(8, ge=1, le=1000)
 
 
 @router.post("/v1/batches", status_code=202, openapi_extra={"requestBody": {
@@ -56,7 +63,7 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
 
 
 @router.get("/v1/batches/{batch_id}")
-def get_batch(batch_id: str, gw: GatewayDep,
+def get_batch(batch_id: BatchId, gw: GatewayDep,
               results: bool = Query(False, description="include the result lines")) -> Any:
     """Progress: done / succeeded / failed / invalid / running / queued, tokens."""
     view = gw.batches.view(batch_id, with_results=results)
@@ -68,7 +75,10 @@ def get_batch(batch_id: str, gw: GatewayDep,
 def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]) -> Any:
     """A batch body → (items, concurrency from the body or None), or a 422 response."""
     if jsonl:
-        lines = raw.decode("utf-8", "replace").splitlines()
+        try:
+            lines = decode_utf8(raw).splitlines()
+        except RequestError as exc:
+            return field_error(None, f"the JSONL body {exc}")
         items = [parse_text(t, n, validate) for n, t in enumerate(lines, 1) if t.strip()]
         return (items, None) if items else field_error(None, "the JSONL body has no lines")
     try:

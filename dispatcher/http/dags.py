@@ -11,22 +11,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from reactq.dispatcher.http.errors import conflict, field_error, not_found
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
 from reactq.dispatcher.http.sse import SSE_HEADERS, check_cursor, event_stream
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, public_view
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import RequestError, TooManyRequests
+from reactq.shared.inputs import ID_PATTERN
 from reactq.shared.requests import DagRequest
 
 __all__ = ["router"]
+
+#: Checked before the id is used to build a Redis key (``ID:events`` is a 422, not a read).
+DagId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 
 router = APIRouter(tags=["dags"])
 
@@ -39,7 +43,10 @@ class DagCreated(BaseModel):
 
 
 class FollowUp(BaseModel):
-    content: str = Field(..., min_length=1, max_length=100_000)
+    model_config = ConfigDict(extra="forbid")
+
+    content: StrictStr = Field(..., min_length=1)
+    """At most ``REACTQ_MAX_INTERRUPT_CHARS`` (checked by the handle, for the CLI too)."""
 
 
 @router.post("/v1/dags", status_code=202, response_model=DagCreated)
@@ -57,7 +64,7 @@ def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/dags/{dag_id}")
-def get_dag(dag_id: str, gw: GatewayDep) -> Any:
+def get_dag(dag_id: DagId, gw: GatewayDep) -> Any:
     """Status, phase, round, each step's status / child run / result, the answer once done."""
     return public_view(gw.dags.store.load(dag_id))
 
@@ -71,7 +78,7 @@ def _ended(gw: Gateway, dag_id: str) -> Any:
 
 @router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def dag_events(dag_id: str, gw: GatewayDep,
+async def dag_events(dag_id: DagId, gw: GatewayDep,
                      after: str | None = Query(None, description="resume after this stream id"),
                      last_event_id: str | None = Header(None)) -> Any:
     """Server-sent events of the DAG; reconnect with ``Last-Event-ID`` to get what was missed."""
@@ -87,7 +94,7 @@ async def dag_events(dag_id: str, gw: GatewayDep,
 
 
 @router.post("/v1/dags/{dag_id}/cancel", status_code=202)
-def cancel_dag(dag_id: str, gw: GatewayDep) -> Any:
+def cancel_dag(dag_id: DagId, gw: GatewayDep) -> Any:
     """Cancel: running steps' child runs are cancelled, pending steps skipped."""
     handle = gw.dags.handle(dag_id)
     handle.cancel()
@@ -95,10 +102,12 @@ def cancel_dag(dag_id: str, gw: GatewayDep) -> Any:
 
 
 @router.post("/v1/dags/{dag_id}/interrupts", status_code=202)
-def interrupt_dag(dag_id: str, body: FollowUp, gw: GatewayDep) -> Any:
+def interrupt_dag(dag_id: DagId, body: FollowUp, gw: GatewayDep) -> Any:
     """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
     try:
         return {"id": gw.dags.handle(dag_id).interrupt(body.content)}
+    except TooManyRequests:
+        raise
     except RequestError as exc:
         if exc.field == "dag_id":
             return conflict(str(exc))

@@ -10,6 +10,9 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from reactq.shared.errors import RequestError
+from reactq.shared.inputs import loads_strict
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -95,3 +98,51 @@ class BearerAuth:
                             [(b"www-authenticate", b"Bearer")])
             return
         await self.app(scope, receive, send)
+
+
+_JSON_TYPES = ("", "application/json")
+
+
+class StrictJson:
+    """A JSON body must be strict JSON before any route sees it: UTF-8, no NaN / Infinity,
+    no lone surrogates, at most ``MAX_DEPTH`` deep (``reactq.shared.inputs``). Refused with a
+    422 naming ``body``; other bodies (JSONL batches) pass through to be checked per line."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
+        main = ctype.split(";")[0].strip().lower()
+        if main not in _JSON_TYPES and not main.endswith("+json"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return  # the client went away (or BodyLimit refused the body)
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if body.strip():
+            try:
+                loads_strict(body, field=None)
+            except RequestError as exc:
+                await send_json(send, 422, {"detail": [
+                    {"type": "json_invalid", "loc": ["body"], "msg": f"request body {exc}"}]})
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Path, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from reactq.dispatcher.http.errors import conflict, field_error, not_found
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
 from reactq.dispatcher.http.sse import SSE_HEADERS, check_cursor, event_stream
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
+from reactq.shared.inputs import ID_PATTERN
 from reactq.shared.requests import RunRequest
+
+#: Checked before the id is used to build a Redis key (``ID:events`` is a 422, not a read).
+RunId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 
 router = APIRouter(tags=["runs"])
 
@@ -27,7 +31,10 @@ class RunCreated(BaseModel):
 
 
 class InterruptIn(BaseModel):
-    content: str = Field(..., min_length=1, max_length=100_000)
+    model_config = ConfigDict(extra="forbid")
+
+    content: StrictStr = Field(..., min_length=1)
+    """At most ``REACTQ_MAX_INTERRUPT_CHARS`` (checked by the handle, for the CLI too)."""
 
 
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)
@@ -45,7 +52,7 @@ def create_run(req: RunRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/runs/{run_id}")
-def get_run(run_id: str, gw: GatewayDep) -> Any:
+def get_run(run_id: RunId, gw: GatewayDep) -> Any:
     """Status, timestamps, number of events published, and the result once ended."""
     return gw.dispatcher.store.status(run_id)
 
@@ -59,7 +66,7 @@ def _ended(gw: Gateway, run_id: str) -> Any:
 
 @router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def run_events(run_id: str, gw: GatewayDep,
+async def run_events(run_id: RunId, gw: GatewayDep,
                      after: str | None = Query(None, description="resume after this stream id"),
                      last_event_id: str | None = Header(None)) -> Any:
     """Server-sent events; reconnect with ``Last-Event-ID`` to get exactly what was missed."""
@@ -75,13 +82,15 @@ async def run_events(run_id: str, gw: GatewayDep,
 
 
 @router.post("/v1/runs/{run_id}/interrupts", status_code=202)
-def interrupt_run(run_id: str, body: InterruptIn, gw: GatewayDep) -> Any:
+def interrupt_run(run_id: RunId, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up message, taken into the run at its next drain point."""
     status = gw.dispatcher.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
         return conflict(f"run {run_id} has already ended ({status})")
     try:
         return {"id": gw.dispatcher.handle(run_id).interrupt(body.content)}
+    except TooManyRequests:
+        raise
     except RequestError as exc:
         if exc.field == "run_id":
             return conflict(str(exc))
@@ -89,7 +98,7 @@ def interrupt_run(run_id: str, body: InterruptIn, gw: GatewayDep) -> Any:
 
 
 @router.post("/v1/runs/{run_id}/cancel", status_code=202)
-def cancel_run(run_id: str, gw: GatewayDep) -> Any:
+def cancel_run(run_id: RunId, gw: GatewayDep) -> Any:
     """Stop the run at its next step boundary (it ends ``cancelled``); no-op once ended."""
     handle = gw.dispatcher.handle(run_id)
     handle.cancel()

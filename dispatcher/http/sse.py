@@ -10,19 +10,15 @@ with ``Last-Event-ID`` resumes exactly after the last event it got.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import redis
 import redis.asyncio as aioredis
 
 from reactq.shared.events import Event
+from reactq.shared.inputs import stream_id_problem
 
 log = logging.getLogger("reactq.http")
-
-#: A Redis stream id (``ms`` or ``ms-seq``), each part a 64-bit unsigned integer.
-STREAM_ID = re.compile(r"^(\d{1,20})(?:-(\d{1,20}))?$")
-_U64 = 2**64 - 1
 
 #: ``None``: the run / DAG is gone (expired); True: it ended; False: still going.
 Ended = Callable[[], Awaitable[bool | None]]
@@ -34,12 +30,7 @@ GONE = f"retry: {RETRY_MS}\n: redis unavailable; reconnect with Last-Event-ID to
 
 def check_cursor(cursor: str | None) -> str | None:
     """None when ``cursor`` is a valid stream id (or absent), else why not."""
-    if cursor is None:
-        return None
-    m = STREAM_ID.match(cursor)
-    if m is None or any(p is not None and int(p) > _U64 for p in m.groups()):
-        return "must be a Redis stream id: <ms> or <ms>-<seq>, each at most 2^64-1"
-    return None
+    return stream_id_problem(cursor)
 
 
 async def _backlog(r: aioredis.Redis, key: str, cursor: str | None) -> AsyncIterator[str]:

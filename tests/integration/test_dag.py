@@ -148,11 +148,13 @@ def http_client(c: Cluster) -> Any:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
+    from reactq.dispatcher.http import errors
     from reactq.dispatcher.http.dags import router
     from reactq.dispatcher.http.gateway import Gateway
 
     app = FastAPI()
     app.include_router(router)
+    errors.install(app)
     app.state.gateway = Gateway(c.dags.settings, dags=c.dags, keepalive=1.0)
     return TestClient(app)
 
