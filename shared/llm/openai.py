@@ -310,6 +310,13 @@ class OpenAILLM:
         return LLMError(self._scrub(f"model {self.name!r} ({self.model} at {where}) sent {cause}"))
 
     def _wrap(self, exc: BaseException) -> LLMError:
+        """An ``LLMError`` naming the model; ``exc`` (kept as the cause) is scrubbed in place,
+        because a traceback prints the cause's text too."""
+        exc.args = tuple(self._scrub(a) if isinstance(a, str) else a for a in exc.args)
+        if isinstance(getattr(exc, "message", None), str):
+            exc.message = self._scrub(exc.message)  # type: ignore[attr-defined]
+        if hasattr(exc, "body"):
+            exc.body = None  # type: ignore[attr-defined]  # the raw reply: may echo the key
         where = self.base_url or "api.openai.com"
         status: int | None = None
         if isinstance(exc, openai.APIStatusError):
@@ -350,8 +357,7 @@ class OpenAILLM:
         try:
             completion = await self._post(request, stream=False)
         except openai.APIError as exc:
-            # from None: the openai exception's own text (unscrubbed) stays out of tracebacks.
-            raise self._wrap(exc) from None
+            raise self._wrap(exc) from exc
         except ValueError as exc:  # a body that is not JSON, or JSON cut short
             raise self._bad_reply(f"a reply that is not JSON: {type(exc).__name__} ({exc})") from None
         if isinstance(completion, str):  # the SDK hands back the text it could not parse
@@ -393,7 +399,7 @@ class OpenAILLM:
         try:
             stream = await self._post(request, stream=True)
         except openai.APIError as exc:
-            raise self._wrap(exc) from None
+            raise self._wrap(exc) from exc
         ctype = stream.response.headers.get("content-type", "")
         if "event-stream" not in ctype:
             body = (await stream.response.aread()).decode("utf-8", "replace")
@@ -423,7 +429,7 @@ class OpenAILLM:
                     if choice.finish_reason:
                         finish_reason = choice.finish_reason
         except openai.APIError as exc:
-            raise self._wrap(exc) from None
+            raise self._wrap(exc) from exc
         finally:
             await stream.close()
         if finish_reason is None:
