@@ -27,7 +27,7 @@ from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, DagStore, public_view
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
@@ -103,6 +103,14 @@ class DagHandle:
         if rec.status in TERMINAL_DAG_STATUSES:
             return
         self.d.store.request_cancel(self.dag_id)
+        # The running steps' child runs stop now, not when a DAG worker gets to the advance
+        # task: under load that took longer than a short step, which then ended `succeeded`.
+        for step in rec.state.steps if rec.state is not None else []:
+            if step.status == "running" and step.run_id:
+                try:
+                    self.d.runs.handle(step.run_id).cancel()
+                except RunNotFound:
+                    pass  # not created yet: its StartRun sees the DAG's cancel flag
         self.d.runs.send(ADVANCE, [self.dag_id, None])
 
     def interrupt(self, text: str) -> str:
