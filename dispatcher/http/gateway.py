@@ -15,7 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import cached_property
 from typing import Annotated, Any
 
+import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from fastapi import Depends, Request
 
 from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name
@@ -28,6 +31,13 @@ log = logging.getLogger("reactq.http")
 
 #: Redis connections for short commands (status reads, readiness pings).
 COMMAND_POOL = 64
+#: After a Redis restart every pooled connection is dead: retry once on a fresh one instead
+#: of answering 503 to the first request that meets each of them.
+_RECONNECT: dict[str, Any] = {
+    "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+    "retry_on_error": [redis.ConnectionError, redis.TimeoutError, ConnectionError],
+    "health_check_interval": 10,
+}
 
 
 class Gateway:
@@ -66,7 +76,7 @@ class Gateway:
             # Blocking pool: a burst of watchers waits for a connection instead of a 503.
             pool = aioredis.BlockingConnectionPool.from_url(
                 redis_url(self.settings), max_connections=COMMAND_POOL, timeout=10,
-                socket_timeout=5, socket_connect_timeout=2)
+                socket_timeout=5, socket_connect_timeout=2, **_RECONNECT)
             self._aredis = aioredis.Redis(connection_pool=pool)
         return self._aredis
 
@@ -76,7 +86,7 @@ class Gateway:
         if self._streams is None:
             pool = aioredis.BlockingConnectionPool.from_url(
                 redis_url(self.settings), max_connections=self.max_watchers, timeout=5,
-                socket_timeout=self.keepalive + 10, socket_connect_timeout=2)
+                socket_timeout=self.keepalive + 10, socket_connect_timeout=2, **_RECONNECT)
             self._streams = aioredis.Redis(connection_pool=pool)
         return self._streams
 
