@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from reactq.shared.engine import loop, prompts, steps
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.events import Event
@@ -90,6 +92,8 @@ def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
         return _cancellable(rt, state.run_id, step(state, deps, StoreIO(rt, state.run_id)))
     except RunCancelled:
         return loop.cancel(state, now=deps.clock())
+    except redis.RedisError:
+        raise  # Redis went away mid-step: not the LLM's failure; the step is resumed later
     except Exception as exc:  # S64: an LLM failure ends the run, with a done event
         log.warning("run %s failed: %s", state.run_id, exc)
         return loop.fail(state, exc, now=deps.clock())
@@ -110,6 +114,8 @@ def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
                                                                 published_seq=rec.pub_seq))
         except RunCancelled:
             events = loop.cancel(state, now=deps.clock())
+        except redis.RedisError:
+            raise
         except Exception as exc:
             events = loop.fail(state, exc, now=deps.clock(), kind="internal")
     _commit(rt, state, rec.step_no, events, send)

@@ -27,7 +27,7 @@ from reactq.dispatcher.client import Dispatcher
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
-from tests.integration.conftest import WorkerFactory, worker_env
+from tests.integration.conftest import ROOT, Worker, WorkerFactory, worker_env
 from tests.integration.test_gateway import read_sse, start_gateway, stop_gateway  # noqa: F401
 from tests.scripted_server import reply_text, reply_tool_calls
 
@@ -68,7 +68,7 @@ class Server:
     def stop(self) -> None:
         """SIGTERM: the server flushes its AOF (a kill -9 could lose the last second)."""
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, getattr(signal, os.environ.get("REACTQ_TEST_KILL", "SIGTERM")))
             self.proc.wait(10)
 
 
@@ -80,14 +80,42 @@ def aof_redis(tmp_path: Path) -> Iterator[Server]:
     srv.stop()
 
 
-def test_workers_ride_out_a_redis_outage_and_runs_in_flight_finish(aof_redis, llm, tmp_path):
-    factory = WorkerFactory(aof_redis.url, llm, tmp_path)
+class RealWorkers(WorkerFactory):
+    """Workers started with the command line ``reactq worker`` runs (mingle, gossip and all),
+    not the trimmed one of the other tests."""
+
+    def start(self, name: str | None = None, *, queues: str = "reactq.runs,reactq.tools",
+              concurrency: int = 2, wait: bool = True, **env: str) -> Worker:
+        from reactq.dispatcher.local import worker_command
+
+        name = name or f"real-{len(self.started)}"
+        log = self.tmp / f"{name}.log"
+        cmd = worker_command(queues=queues, concurrency=concurrency, name=f"{name}@%h")
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.redis_url, self.llm, **env),
+                                stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        worker = Worker(name, proc, log)
+        self.started.append(worker)
+        if wait:
+            self.wait_ready(worker)
+        return worker
+
+
+@pytest.mark.parametrize("down", ["redis", "broker"])
+def test_workers_ride_out_an_outage_and_runs_in_flight_finish(aof_redis, llm, tmp_path, down):
+    """``redis``: one server is store and broker (the default) and goes away; ``broker``: the
+    broker is a server of its own and goes away while the store stays up."""
+    broker = Server(tmp_path / "broker")
+    broker.start()
+    env = {"REACTQ_BROKER_URL": broker.url} if down == "broker" else {}
+    factory = RealWorkers(aof_redis.url, llm, tmp_path)
+    outage = broker if down == "broker" else aof_redis
     try:
-        workers = [factory.start("out-a", wait=False, concurrency=2), factory.start("out-b", wait=False, concurrency=2)]
+        workers = [factory.start("out-a", wait=False, **env), factory.start("out-b", wait=False, **env)]
         for w in workers:
             factory.wait_ready(w)
         d = Dispatcher(Settings(redis_url=aof_redis.url, model="scripted", tools="tests.integration.tools:TOOLS",
-                                openai_api_key="test-key", openai_base_url=llm.server.base_url))
+                                openai_api_key="test-key", openai_base_url=llm.server.base_url,
+                                broker_url=env.get("REACTQ_BROKER_URL")))
         queries = []
         for n in range(4):
             # The LLM answers while Redis is down: the step's commit meets the outage.
@@ -97,11 +125,11 @@ def test_workers_ride_out_a_redis_outage_and_runs_in_flight_finish(aof_redis, ll
             queries.append(q)
         handles = [d.submit(RunRequest(query=q)) for q in queries]
         time.sleep(0.8)
-        aof_redis.stop()
+        outage.stop()
         time.sleep(OUTAGE)
         for w in workers:
             assert w.proc.poll() is None, f"{w.name} exited during the outage:\n{w.log.read_text()[-3000:]}"
-        aof_redis.start()
+        outage.start()
         for h in handles:
             assert h.result(timeout=120)["status"] == "succeeded"
             events = [e for _, e in h.events(timeout=30)]
@@ -111,6 +139,7 @@ def test_workers_ride_out_a_redis_outage_and_runs_in_flight_finish(aof_redis, ll
             assert w.proc.poll() is None, f"{w.name} exited after the outage"
     finally:
         factory.stop_all()
+        broker.stop()
 
 
 def test_an_sse_stream_that_loses_redis_ends_cleanly_and_resumes_with_last_event_id(aof_redis, llm, tmp_path):
