@@ -1,0 +1,70 @@
+"""Redis restarted (with its AOF) mid-run, then the broker restarted mid-run.
+
+Phase ``redis``: one server is store and broker (the default deployment); it is stopped with
+runs in flight, kept down ``FAULTS_OUTAGE_SECONDS`` (60), started again from its AOF.
+Phase ``broker``: the broker is a server of its own; it goes away while the store stays.
+Figures per phase: runs, succeeded, lost (not finished 180 s after the restart), workers that
+exited, seconds from the restart until the last run finished, event streams with a gap or
+a duplicate.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from bench.cluster import Cluster, WorkerSpec
+from bench.faults.common import BASE_ENV, AofRedis, use_aof_redis
+from bench.script import Scenario
+from reactq.dispatcher.client import Dispatcher
+from reactq.shared.redisconn import free_port
+from reactq.shared.requests import RunRequest
+
+OUTAGE = float(os.environ.get("FAULTS_OUTAGE_SECONDS", "60"))
+RUNS = int(os.environ.get("FAULTS_OUTAGE_RUNS", "12"))
+FINISH_WITHIN = 180.0
+#: The stall sweeper resends a run unchanged (and unheld) this long: shorter than the
+#: default 60 s so that the suite stays bounded.
+STALL = float(os.environ.get("FAULTS_STALL_SECONDS", "15"))
+
+
+def _phase(cl: Cluster, store: AofRedis, down: str) -> dict[str, Any]:
+    broker = AofRedis(free_port(), cl.tmp / f"broker-{down}")
+    broker.start()
+    env = {**BASE_ENV, "REACTQ_STALL_SECONDS": str(STALL),
+           **({"REACTQ_BROKER_URL": broker.url} if down == "broker" else {})}
+    try:
+        cl.start_workers(WorkerSpec(count=2, concurrency=4, env=env))
+        d = Dispatcher(cl.settings(broker_url=env.get("REACTQ_BROKER_URL")))
+        sc = Scenario(turns=3, calls=1, tool="echo", delay=1.0, tag=down)
+        handles = [d.submit(RunRequest(query=f"{sc.query()} n={n} phase={down}")) for n in range(RUNS)]
+        time.sleep(1.5)  # every run is in flight
+        target = broker if down == "broker" else store
+        target.stop()
+        time.sleep(OUTAGE)
+        exited_during = sum(w.proc.poll() is not None for w in cl.workers)
+        target.start()
+        restarted = time.monotonic()
+        statuses, gaps, last = [], 0, restarted
+        for h in handles:
+            try:
+                statuses.append(h.result(timeout=max(1.0, FINISH_WITHIN - (time.monotonic() - restarted)))["status"])
+                last = time.monotonic()
+                seqs = [e.seq for _, e in h.events(timeout=10)]
+                gaps += seqs != list(range(1, len(seqs) + 1))
+            except TimeoutError:
+                statuses.append("lost")
+        return {"runs": RUNS, "succeeded": statuses.count("succeeded"), "lost": statuses.count("lost"),
+                "workers_exited": exited_during + sum(w.proc.poll() is not None for w in cl.workers),
+                "outage_s": OUTAGE, "finished_after_restart_s": round(last - restarted, 1),
+                "event_streams_with_gaps": gaps}
+    finally:
+        cl.stop_workers()
+        broker.stop()
+
+
+def run() -> dict[str, Any]:
+    with Cluster() as cl:
+        store = use_aof_redis(cl)
+        return {"redis": _phase(cl, store, "redis"), "broker": _phase(cl, store, "broker")}
