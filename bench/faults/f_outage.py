@@ -14,6 +14,8 @@ import os
 import time
 from typing import Any
 
+import redis
+
 from bench.cluster import Cluster, WorkerSpec
 from bench.faults.common import BASE_ENV, AofRedis, use_aof_redis
 from bench.script import Scenario
@@ -27,6 +29,19 @@ FINISH_WITHIN = 180.0
 #: The stall sweeper resends a run unchanged (and unheld) this long: shorter than the
 #: default 60 s so that the suite stays bounded.
 STALL = float(os.environ.get("FAULTS_STALL_SECONDS", "15"))
+
+
+def _wait(h: Any, deadline: float) -> str:
+    """The run's final status, or ``lost`` at ``deadline`` (Redis errors just after the
+    restart are retried: the client's pooled connections died with the server)."""
+    while time.monotonic() < deadline:
+        try:
+            return str(h.result(timeout=max(0.5, deadline - time.monotonic()))["status"])
+        except TimeoutError:
+            break
+        except redis.RedisError:
+            time.sleep(0.5)
+    return "lost"
 
 
 def _phase(cl: Cluster, store: AofRedis, down: str) -> dict[str, Any]:
@@ -48,13 +63,12 @@ def _phase(cl: Cluster, store: AofRedis, down: str) -> dict[str, Any]:
         restarted = time.monotonic()
         statuses, gaps, last = [], 0, restarted
         for h in handles:
-            try:
-                statuses.append(h.result(timeout=max(1.0, FINISH_WITHIN - (time.monotonic() - restarted)))["status"])
+            status = _wait(h, restarted + FINISH_WITHIN)
+            statuses.append(status)
+            if status != "lost":
                 last = time.monotonic()
                 seqs = [e.seq for _, e in h.events(timeout=10)]
                 gaps += seqs != list(range(1, len(seqs) + 1))
-            except TimeoutError:
-                statuses.append("lost")
         return {"runs": RUNS, "succeeded": statuses.count("succeeded"), "lost": statuses.count("lost"),
                 "workers_exited": exited_during + sum(w.proc.poll() is not None for w in cl.workers),
                 "outage_s": OUTAGE, "finished_after_restart_s": round(last - restarted, 1),
@@ -67,4 +81,7 @@ def _phase(cl: Cluster, store: AofRedis, down: str) -> dict[str, Any]:
 def run() -> dict[str, Any]:
     with Cluster() as cl:
         store = use_aof_redis(cl)
-        return {"redis": _phase(cl, store, "redis"), "broker": _phase(cl, store, "broker")}
+        try:
+            return {"redis": _phase(cl, store, "redis"), "broker": _phase(cl, store, "broker")}
+        finally:
+            store.stop()  # the restarted server is not the one the cluster started
