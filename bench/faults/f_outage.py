@@ -10,6 +10,7 @@ a duplicate.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any
@@ -49,9 +50,18 @@ def _phase(cl: Cluster, store: AofRedis, down: str) -> dict[str, Any]:
     broker.start()
     env = {**BASE_ENV, "REACTQ_STALL_SECONDS": str(STALL),
            **({"REACTQ_BROKER_URL": broker.url} if down == "broker" else {})}
+    # The cluster pings its workers through the broker they listen on.
+    cl.settings = functools.partial(Cluster.settings, cl, broker_url=env.get("REACTQ_BROKER_URL"))  # type: ignore[method-assign]
     try:
-        cl.start_workers(WorkerSpec(count=2, concurrency=4, env=env))
-        d = Dispatcher(cl.settings(broker_url=env.get("REACTQ_BROKER_URL")))
+        for attempt in range(3):  # a ping reply lost to a connection reset is not a figure
+            try:
+                cl.start_workers(WorkerSpec(count=2, concurrency=4, env=env))
+                break
+            except redis.RedisError:
+                if attempt == 2:
+                    raise
+                time.sleep(1)
+        d = Dispatcher(cl.settings())
         sc = Scenario(turns=3, calls=1, tool="echo", delay=1.0, tag=down)
         handles = [d.submit(RunRequest(query=f"{sc.query()} n={n} phase={down}")) for n in range(RUNS)]
         time.sleep(1.5)  # every run is in flight
@@ -76,6 +86,7 @@ def _phase(cl: Cluster, store: AofRedis, down: str) -> dict[str, Any]:
     finally:
         cl.stop_workers()
         broker.stop()
+        del cl.settings  # back to the class's method
 
 
 def run() -> dict[str, Any]:
