@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import subprocess
+import time
 import sys
 from typing import Any
 
@@ -63,7 +64,7 @@ while not os.path.exists(stop):
     t0 = time.perf_counter()
     conn.request("GET", "/healthz")
     conn.getresponse().read()
-    times.append((time.perf_counter() - t0) * 1000)
+    times.append([round(t0, 3), (time.perf_counter() - t0) * 1000])
     time.sleep(0.05)
 print(json.dumps(times))
 """
@@ -95,11 +96,16 @@ def run() -> dict[str, Any]:
             stop = cl.tmp / "probe.stop"
             probe = subprocess.Popen([sys.executable, "-c", _PROBE, str(gw.port), str(stop)],
                                      stdout=subprocess.PIPE, text=True)
+            opened = time.perf_counter()
             try:
                 results = asyncio.run(_load(gw.url, run_ids))
             finally:
                 stop.touch()
-                probes = json.loads(probe.communicate(timeout=60)[0] or "[]")
+                timed = json.loads(probe.communicate(timeout=60)[0] or "[]")
+            probes = [ms for _, ms in timed]
+            # When the slow answers came: during the first seconds (1,000 streams opening at
+            # once) or later, while the streams sit idle and end.
+            slow_at = [round(t - opened, 1) for t, ms in timed if ms > 100]
             stored = {rid: [i.decode() for i, _ in cl.redis().xrange(d.keys.run_events(rid))] for rid in run_ids}
         finally:
             gw.stop()
@@ -111,6 +117,8 @@ def run() -> dict[str, Any]:
         "all_events_received": sum(r["ids"] == stored[r["run_id"]] for r in ok),
         "min_keepalives": min((r["keepalives"] for r in ok), default=0),
         "errors": len(errors), "error_sample": errors[:3],
+        "healthz_over_100ms_at_s": slow_at[:20],
+        "healthz_p99_ms_after_10s": round(pct([ms for t, ms in timed if t - opened > 10], 99), 1),
         "healthz_probes": len(probes), "healthz_p50_ms": round(pct(probes, 50), 1),
         "healthz_p99_ms": round(pct(probes, 99), 1), "healthz_max_ms": round(max(probes, default=0), 1),
     }
