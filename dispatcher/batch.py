@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import ConfigError, RequestError
+from reactq.shared.inputs import loads_strict
 from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 
@@ -102,10 +103,11 @@ def parse_obj(obj: Any, line: int, validate: Validator | None = None) -> BatchIt
 
 
 def parse_text(text: str, line: int, validate: Validator | None = None) -> BatchItem:
+    """One JSONL line; strict JSON (no NaN, no lone surrogates, not nested too deep)."""
     try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return BatchItem(line, line, error=f"line {line}: not valid JSON: {exc.msg} (column {exc.colno})")
+        obj = loads_strict(text, field=None)
+    except RequestError as exc:
+        return BatchItem(line, line, error=f"line {line}: {str(exc).removeprefix('is ')}")
     return parse_obj(obj, line, validate)
 
 
@@ -364,7 +366,7 @@ def run_file_batch(input_path: Path, output_path: Path, *, concurrency: int, dis
                    console: Any, stop: threading.Event | None = None) -> tuple[Tally, bool]:
     """``reactq batch``: returns the tally over all lines and whether it was interrupted."""
     source = str(input_path.resolve())
-    with input_path.open(encoding="utf-8") as fh:
+    with input_path.open(encoding="utf-8-sig") as fh:  # a UTF-8 BOM is fine
         items = parse_lines(fh, validate=dispatcher.validate)
     out = ResultFile(output_path)
     out.load()

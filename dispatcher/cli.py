@@ -81,6 +81,10 @@ def dispatcher(s: Settings | None = None) -> Dispatcher:
 
 
 def handle_for(run_id: str) -> RunHandle:
+    from reactq.dispatcher.cli_checks import id_problem
+
+    if why := id_problem(run_id, "RUN_ID"):
+        fail(why)
     try:
         return dispatcher().handle(run_id)
     except RunNotFound as exc:
@@ -261,6 +265,10 @@ def watch(
     after: str | None = typer.Option(None, "--after", help="start after this stream id"),
 ) -> None:
     """Follow a run's events (from the start, or after a stream id) until it ends."""
+    from reactq.dispatcher.cli_checks import after_problem
+
+    if why := after_problem(after):
+        fail(why)
     handle = handle_for(run_id)
     try:
         code = follow(handle, as_json=as_json, after=after)
@@ -339,7 +347,10 @@ def batch(
 ) -> None:
     """Run every line of a JSONL file; rerun with the same output file to resume."""
     from reactq.dispatcher.batch import run_file_batch
+    from reactq.dispatcher.cli_checks import input_file_problem, output_file_problem
 
+    if why := input_file_problem(input_file) or output_file_problem(output):
+        fail(why)
     s = settings()
     d = dispatcher(s)
     try:

@@ -32,6 +32,15 @@ from reactq.shared.store import RunStore
 from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config
 
 
+def check_interrupt(text: str, max_chars: int) -> None:
+    """A follow-up's content: not blank, at most ``REACTQ_MAX_INTERRUPT_CHARS``."""
+    if not text.strip():
+        raise RequestError("content must not be empty", field="content")
+    if len(text) > max_chars:
+        raise RequestError(f"content: at most {max_chars} characters (REACTQ_MAX_INTERRUPT_CHARS), "
+                           f"got {len(text)}", field="content")
+
+
 class RunHandle:
     """One submitted run. Cheap to create from an id (``Dispatcher.handle``)."""
 
@@ -73,11 +82,11 @@ class RunHandle:
 
     def interrupt(self, text: str) -> str:
         """Send a follow-up message; it reaches the run at its next drain point."""
-        if not text.strip():
-            raise RequestError("content must not be empty", field="content")
+        s = self.d.settings
+        check_interrupt(text, s.max_interrupt_chars)
         if self.status()["status"] in TERMINAL_STATUSES:
             raise RequestError(f"run {self.run_id} has already ended", field="run_id")
-        return self.d.store.add_interrupt(self.run_id, text)
+        return self.d.store.add_interrupt(self.run_id, text, limit=s.max_interrupts)
 
     def cancel(self) -> None:
         """Ask the run to stop at its next step boundary (it ends ``cancelled``)."""

@@ -22,12 +22,12 @@ from typing import Any
 
 import redis
 
-from reactq.dispatcher.client import Dispatcher
+from reactq.dispatcher.client import Dispatcher, check_interrupt
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, DagStore, public_view
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
@@ -103,15 +103,23 @@ class DagHandle:
         if rec.status in TERMINAL_DAG_STATUSES:
             return
         self.d.store.request_cancel(self.dag_id)
+        # The running steps' child runs stop now, not when a DAG worker gets to the advance
+        # task: under load that took longer than a short step, which then ended `succeeded`.
+        for step in rec.state.steps if rec.state is not None else []:
+            if step.status == "running" and step.run_id:
+                try:
+                    self.d.runs.handle(step.run_id).cancel()
+                except RunNotFound:
+                    pass  # not created yet: its StartRun sees the DAG's cancel flag
         self.d.runs.send(ADVANCE, [self.dag_id, None])
 
     def interrupt(self, text: str) -> str:
         """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
-        if not text.strip():
-            raise RequestError("content must not be empty", field="content")
+        s = self.d.settings
+        check_interrupt(text, s.max_interrupt_chars)
         if self.d.store.load(self.dag_id).status in TERMINAL_DAG_STATUSES:
             raise RequestError(f"DAG {self.dag_id} has already ended", field="dag_id")
-        msg_id = self.d.store.add_interrupt(self.dag_id, text)
+        msg_id = self.d.store.add_interrupt(self.dag_id, text, limit=s.max_interrupts)
         self.d.runs.send(ADVANCE, [self.dag_id, None])
         return msg_id
 

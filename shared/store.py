@@ -233,9 +233,13 @@ class RunStore:
         return int(self._publish(keys=keys, args=[self.maxlen, *_triples(events)]))
 
     # -- interrupts and cancellation --------------------------------------------------
-    def add_interrupt(self, run_id: str, content: str) -> str:
+    def add_interrupt(self, run_id: str, content: str, *, limit: int = 100) -> str:
+        """Append a follow-up; ``TooManyRequests`` once the run holds ``limit`` of them."""
+        from reactq.shared.capped import capped_xadd
+
         msg_id = secrets.token_hex(6)
-        self.r.xadd(self.keys.run_interrupts(run_id), {"content": content, "id": msg_id})
+        capped_xadd(self.r, self.keys.run_interrupts(run_id), {"content": content, "id": msg_id},
+                    limit, "interrupts")
         return msg_id
 
     def interrupts_after(self, run_id: str, cursor: str | None) -> list[Interrupt]:

@@ -97,6 +97,10 @@ class Reply:
     include_usage: bool = True
     repeat_tool_ids_in_chunks: bool = False
     reuse_index_zero: bool = False
+    raw_body: str | None = None
+    """Sent as it is (with ``raw_content_type``) instead of a completion: an HTML error page,
+    a truncated JSON body."""
+    raw_content_type: str = "text/html"
 
     def with_options(self, **options: Any) -> Reply:
         """A copy with some options changed (e.g. ``reply.with_options(delay=1.0)``)."""
@@ -413,6 +417,11 @@ class ScriptedServer:
 
         if reply.delay > 0:
             await asyncio.sleep(reply.delay)
+
+        if reply.raw_body is not None:
+            record.answered_at = time.time()
+            return Response(reply.raw_body, status_code=reply.status, media_type=reply.raw_content_type,
+                            headers=dict(reply.headers))
 
         if reply.status >= 400:
             headers = dict(reply.headers)

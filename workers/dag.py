@@ -84,14 +84,17 @@ class DagContext:
             log.info("dag %s: version %s was saved elsewhere", state.dag_id, version)
             return False
         for effect in t.effects:
-            self._apply(effect)
+            self._apply(effect, state.dag_id)
         return True
 
-    def _apply(self, effect: M.Effect) -> None:
+    def _apply(self, effect: M.Effect, dag_id: str) -> None:
         runs = self.rt.store
         if isinstance(effect, M.StartRun):
             if not runs.r.exists(runs.keys.run(effect.run_id)):
                 runs.create(effect.run_id, effect.request)
+            if self.store.cancel_requested(dag_id):
+                # A cancel that looked for this run before it existed found nothing to stop.
+                runs.request_cancel(effect.run_id)
             send("reactq.iterate", [effect.run_id, 0])
         elif isinstance(effect, M.CancelRun):
             try:

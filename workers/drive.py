@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from reactq.shared import otel
 from reactq.shared.engine import loop, prompts, steps
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
@@ -23,6 +25,7 @@ from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
 from reactq.workers import metrics, threads
+from reactq.workers.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -87,11 +90,20 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
         send(ANSWER, [run_id, current], RUNS)
 
 
+def _cancellable(rt: Runtime, run_id: str, coro: Any) -> Any:
+    """``rt.run(coro)``, aborted within ``cancelwatch.POLL`` s of a cancel (``RunCancelled``)."""
+    return rt.run(until_cancelled(coro, lambda: rt.store.cancel_requested(run_id)))
+
+
 def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
     deps = rt.deps_for(state)
     step = steps.select_step if state.phase == "select" else steps.llm_step
     try:
-        return rt.run(step(state, deps, StoreIO(rt, state.run_id)))
+        return _cancellable(rt, state.run_id, step(state, deps, StoreIO(rt, state.run_id)))
+    except RunCancelled:
+        return threads.stop(rt, state, deps.clock())
+    except redis.RedisError:
+        raise  # Redis went away mid-step: not the LLM's failure; the step is resumed later
     except Exception as exc:  # S64: an LLM failure ends the run, with a done event
         log.warning("run %s failed: %s", state.run_id, exc)
         return loop.fail(state, exc, now=deps.clock())
@@ -111,7 +123,12 @@ def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
         events = threads.stop(rt, state, deps.clock())
     else:
         try:
-            events = rt.run(steps.answer_step(state, deps, StoreIO(rt, run_id), published_seq=rec.pub_seq))
+            events = _cancellable(rt, run_id, steps.answer_step(state, deps, StoreIO(rt, run_id),
+                                                                published_seq=rec.pub_seq))
+        except RunCancelled:
+            events = threads.stop(rt, state, deps.clock())
+        except redis.RedisError:
+            raise
         except Exception as exc:
             events = loop.fail(state, exc, now=deps.clock(), kind="internal")
     _commit(rt, state, rec.step_no, events, send)

@@ -28,11 +28,15 @@ from typing import Any
 
 import redis
 from redis.commands.core import Script
+from kombu.exceptions import KombuError
 
 from reactq.shared.keys import LEASE_SHARDS, Keys
 from reactq.shared.redisconn import is_cluster
 
 log = logging.getLogger(__name__)
+
+#: Errors of the infrastructure, not of the step: a task that meets one keeps its lease.
+OUTAGE_ERRORS: tuple[type[BaseException], ...] = (KombuError, redis.RedisError, OSError)
 
 # KEYS: lease key, leases zset, lease:tasks hash. ARGV: token, ttl ms, expiry ms, member, spec.
 _ACQUIRE = """
@@ -125,12 +129,21 @@ class Leases:
                 self._beat = threading.Thread(target=self._heartbeat, daemon=True,
                                               name="reactq-lease-heartbeat")
                 self._beat.start()
+        keep = False
         try:
             yield True
+        except OUTAGE_ERRORS:
+            # The broker (or Redis) went away mid-task, e.g. after the step was committed but
+            # before its successor was enqueued. Leave the lease to expire: the watchdog then
+            # resends the step (resume-current) once the broker is back, instead of a run
+            # that waits for good on a message that was never sent.
+            keep = True
+            raise
         finally:
             with self._held_lock:
                 self._held.pop(token, None)
-            self._release(keys=lease_keys, args=[token, member])
+            if not keep:
+                self._release(keys=lease_keys, args=[token, member])
 
     def alive(self, member: str) -> bool:
         return bool(self.r.exists(self.keys.lease(member)))

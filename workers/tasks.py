@@ -22,6 +22,7 @@ from reactq.workers import drive
 from reactq.workers.app import app
 from reactq.workers.lease import Watchdog
 from reactq.workers.runtime import runtime
+from reactq.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,8 @@ def _start_watchdog(**_: Any) -> None:
     if _watchdog is None:
         _watchdog = Watchdog(runtime().leases, send)
         _watchdog.start()
+        rt = runtime()
+        Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds).start()
 
 
 @signals.worker_ready.connect

@@ -15,7 +15,7 @@ Pure parts, importable anywhere (no Redis, no Celery):
   publishing); ``binding`` — role → registry model name; ``config`` — ``DagConfig``.
 
 The Celery shell is ``workers/dag.py``; the doors are ``dispatcher/dag.py`` (Python),
-``dispatcher/dag_http.py`` (HTTP + SSE) and ``dispatcher/dag_cli.py`` (``reactq dag``).
+``dispatcher/http/dags.py`` (HTTP + SSE) and ``dispatcher/dag_cli.py`` (``reactq dag``).
 """
 
 from .config import DagConfig

@@ -165,8 +165,12 @@ class DagStore:
     def cancel_requested(self, dag_id: str) -> bool:
         return _s(self.r.hget(self.keys.dag(dag_id), "cancel") or b"0") == "1"
 
-    def add_interrupt(self, dag_id: str, content: str) -> str:
-        return _s(self.r.xadd(self.keys.dag_interrupts(dag_id), {"content": content}))
+    def add_interrupt(self, dag_id: str, content: str, *, limit: int = 100) -> str:
+        """Append a follow-up; ``TooManyRequests`` once the DAG holds ``limit`` of them."""
+        from reactq.shared.capped import capped_xadd
+
+        return capped_xadd(self.r, self.keys.dag_interrupts(dag_id), {"content": content}, limit,
+                           "interrupts")
 
     def interrupts_after(self, dag_id: str, cursor: str | None) -> list[tuple[str, str]]:
         """``(stream id, content)`` of follow-ups after ``cursor``."""

@@ -38,6 +38,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import SecretStr
 
 from reactq.shared.errors import ConfigError, LLMError, StreamIncomplete
+from reactq.shared.llm.scrub import describe_body, scrub
 from reactq.shared.llm import base as llm_base
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
 
@@ -301,20 +302,37 @@ class OpenAILLM:
             stream_cls=openai.AsyncStream[ChatCompletionChunk],
         )
 
+    def _scrub(self, text: str) -> str:
+        return scrub(text, [self._api_key.get_secret_value() if self._api_key else None])
+
+    def _bad_reply(self, cause: str) -> LLMError:
+        where = self.base_url or "api.openai.com"
+        return LLMError(self._scrub(f"model {self.name!r} ({self.model} at {where}) sent {cause}"))
+
     def _wrap(self, exc: BaseException) -> LLMError:
+        """An ``LLMError`` naming the model; ``exc`` (kept as the cause) is scrubbed in place,
+        because a traceback prints the cause's text too."""
+        exc.args = tuple(self._scrub(a) if isinstance(a, str) else a for a in exc.args)
+        if isinstance(getattr(exc, "message", None), str):
+            exc.message = self._scrub(exc.message)  # type: ignore[attr-defined]
+        if hasattr(exc, "body"):
+            exc.body = None  # type: ignore[attr-defined]  # the raw reply: may echo the key
         where = self.base_url or "api.openai.com"
         status: int | None = None
         if isinstance(exc, openai.APIStatusError):
             status = exc.status_code
             msg = (f"model {self.name!r} ({self.model} at {where}) failed with HTTP {status}: "
                    f"{exc.message}")
+            ctype = exc.response.headers.get("content-type", "")
+            if "json" not in ctype:  # an HTML error page from a proxy says nothing useful as is
+                msg += f" — {describe_body(exc.response.text, ctype)}"
         elif isinstance(exc, openai.APITimeoutError):
             msg = f"model {self.name!r} ({self.model} at {where}) timed out after {self.timeout:g}s"
         elif isinstance(exc, openai.APIConnectionError):
             msg = f"model {self.name!r} ({self.model} at {where}) connection failed: {exc}"
         else:
             msg = f"model {self.name!r} ({self.model} at {where}) failed: {exc}"
-        err = LLMError(msg)
+        err = LLMError(self._scrub(msg))
         err.status_code = status  # type: ignore[attr-defined]  # survives pickling (in __dict__)
         return err
 
@@ -340,6 +358,12 @@ class OpenAILLM:
             completion = await self._post(request, stream=False)
         except openai.APIError as exc:
             raise self._wrap(exc) from exc
+        except ValueError as exc:  # a body that is not JSON, or JSON cut short
+            raise self._bad_reply(f"a reply that is not JSON: {type(exc).__name__} ({exc})") from None
+        if isinstance(completion, str):  # the SDK hands back the text it could not parse
+            raise self._bad_reply(describe_body(completion))
+        if not isinstance(completion, ChatCompletion):
+            raise self._bad_reply(f"a reply that is not a chat completion ({type(completion).__name__})")
         if not completion.choices:
             raise LLMError(f"model {self.name!r} ({self.model}) returned no choices")
         msg = completion.choices[0].message
@@ -376,6 +400,11 @@ class OpenAILLM:
             stream = await self._post(request, stream=True)
         except openai.APIError as exc:
             raise self._wrap(exc) from exc
+        ctype = stream.response.headers.get("content-type", "")
+        if "event-stream" not in ctype:
+            body = (await stream.response.aread()).decode("utf-8", "replace")
+            await stream.close()
+            raise self._bad_reply(f"{describe_body(body, ctype)} (asked for a stream)")
         assembler = ToolCallAssembler()
         finish_reason: str | None = None
         usage: dict[str, Any] | None = None

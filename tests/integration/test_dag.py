@@ -150,11 +150,14 @@ def http_client(c: Cluster) -> Any:
     from fastapi import FastAPI
     from fastapi.testclient import TestClient
 
-    from reactq.dispatcher.dag_http import DagHttp, router
+    from reactq.dispatcher.http import errors
+    from reactq.dispatcher.http.dags import router
+    from reactq.dispatcher.http.gateway import Gateway
 
     app = FastAPI()
     app.include_router(router)
-    app.state.dag_http = DagHttp(c.dags.settings, dags=c.dags, keepalive=1.0)
+    errors.install(app)
+    app.state.gateway = Gateway(c.dags.settings, dags=c.dags, keepalive=1.0)
     return TestClient(app)
 
 

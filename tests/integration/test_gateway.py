@@ -263,11 +263,13 @@ def test_the_api_token_is_required_everywhere_but_healthz(gateway, api, llm):
             assert res.status_code == 401, (method, path)
             assert res.headers["www-authenticate"] == "Bearer"
         assert client.get("/healthz").status_code == 200
+        assert client.get("/readyz").status_code in (200, 503)  # probes need no token
     assert api.get("/openapi.json").status_code == 200
 
 
 def test_healthz_openapi_and_metrics(api, gateway, workers, redis_url, llm, tmp_path):
-    health = api.get("/healthz").json()
+    assert api.get("/healthz").json()["status"] == "ok"
+    health = api.get("/readyz").json()
     assert health["redis"] == "ok" and health["broker"] == "ok" and health["status"] == "ok"
     assert {"alpha", "beta"} <= {w.split("@")[0] for w in health["workers"]}
     paths = api.get("/openapi.json").json()["paths"]
@@ -283,8 +285,9 @@ def test_healthz_openapi_and_metrics(api, gateway, workers, redis_url, llm, tmp_
     dead = worker_env(redis_url, llm, REACTQ_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     gw = start_gateway(dead, tmp_path / "dead.log", via_cli=False)
     try:
-        res = httpx.get(f"{gw.url}/healthz", timeout=10)
+        res = httpx.get(f"{gw.url}/readyz", timeout=10)
         assert res.status_code == 503 and res.json()["redis"].startswith("error")
+        assert httpx.get(f"{gw.url}/healthz", timeout=10).status_code == 200  # alive all the same
         res = httpx.post(f"{gw.url}/v1/runs", json={"query": "x"}, timeout=10)
         assert res.status_code == 503 and "Redis is unreachable" in res.json()["detail"]
     finally:

@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.dispatcher.dag_cli import UsageError, load_request, steps_table
-from reactq.dispatcher.dag_http import DagHttp, router
+from reactq.dispatcher.http import errors
+from reactq.dispatcher.http.dags import router
+from reactq.dispatcher.http.gateway import Gateway
 from reactq.shared.dag import machine as M
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import ExecutionPlan, PlanStep
@@ -156,8 +158,9 @@ def test_cancel_and_interrupt_flag_the_dag_and_nudge_it(dags: tuple[DagDispatche
 def client(dags: tuple[DagDispatcher, Sent], server: fakeredis.FakeServer) -> TestClient:
     app = FastAPI()
     app.include_router(router)
+    errors.install(app)  # the gateway's exception handlers (404s, 422s)
     d, _ = dags
-    app.state.dag_http = DagHttp(d.settings, keepalive=0.05, dags=d,
+    app.state.gateway = Gateway(d.settings, keepalive=0.05, dags=d,
                                  aredis=fakeredis.aioredis.FakeRedis(server=server))
     return TestClient(app)
 

@@ -152,12 +152,13 @@ def test_k8s_deployments_select_their_pods_request_resources_and_run_existing_co
                 check_command(c["command"])
 
 
-def test_the_web_deployment_is_ready_on_healthz_behind_a_service():
+def test_the_web_deployment_is_ready_on_readyz_alive_on_healthz_behind_a_service():
     docs = k8s_docs()
     web = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "reactq-web")
     container = _containers(web)[0]
     probe = container["readinessProbe"]["httpGet"]
-    assert probe["path"] == "/healthz"
+    assert probe["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     ports = {p.get("name"): p["containerPort"] for p in container["ports"]}
     assert probe["port"] in ports or probe["port"] in ports.values()
     labels = web["spec"]["template"]["metadata"]["labels"]

@@ -1,0 +1,61 @@
+"""The gateway app: ``create_app`` wires settings, routers, exception handlers, middleware.
+
+Routes live in one router module per concern (``runs``, ``dags``, ``batches``, ``ops``);
+each takes the one dependency ``GatewayDep``. A new router is included with one line in
+``ROUTERS`` below.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis
+from fastapi import APIRouter, FastAPI
+
+from reactq.dispatcher import runs_index_http, threads_http, ui_http
+from reactq.dispatcher.http import batches, dags, errors, ops, runs
+from reactq.dispatcher.http.gateway import Gateway
+from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
+from reactq.shared.errors import ConfigError
+from reactq.shared.settings import Settings
+
+log = logging.getLogger("reactq.http")
+
+DEFAULT_KEEPALIVE = 15.0
+
+ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
+                            ui_http.router, threads_http.router]
+
+
+def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:
+    """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` or 15 s."""
+    settings = settings or Settings()
+    if keepalive is None:
+        keepalive = float(os.environ.get("REACTQ_SSE_KEEPALIVE", DEFAULT_KEEPALIVE))
+    gw = Gateway(settings, keepalive)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            await gw.resume_batches()
+        except (redis.RedisError, OSError, ConfigError) as exc:
+            log.warning("could not look for unfinished batches: %s", exc)
+        yield
+        await gw.close()
+
+    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan,
+                  description="ReAct agents as durable distributed jobs: runs, their SSE event streams, batches.")
+    app.state.gateway = gw
+    errors.install(app)
+    for router in ROUTERS:
+        app.include_router(router)
+    # Added innermost first: auth refuses before a large body is read at all, and only a
+    # body within the limit is parsed.
+    app.add_middleware(StrictJson)
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    if settings.api_token:
+        app.add_middleware(BearerAuth, token=settings.api_token)
+    return app

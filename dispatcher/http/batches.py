@@ -1,0 +1,89 @@
+"""Batch routes: ``POST /v1/batches`` (JSON ``{requests, concurrency}`` or JSONL) and progress.
+
+A batch is driven by a thread of the gateway's batch pool (never the default executor, which
+the probes and other routes need); bad lines become ``invalid`` results, not a refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+
+from reactq.dispatcher.batch import mark_duplicates, parse_obj, parse_text
+from reactq.dispatcher.http.errors import field_error, not_found
+from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.shared.errors import RequestError
+from reactq.shared.inputs import ID_PATTERN, decode_utf8
+from reactq.shared.requests import RunRequest
+
+router = APIRouter(tags=["batches"])
+
+JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
+
+
+BatchId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+
+
+class BatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[Any] = Field(..., min_length=1, max_length=100_000)
+    concurrency: StrictInt = Field(8, ge=1, le=1000)
+
+
+@router.post("/v1/batches", status_code=202, openapi_extra={"requestBody": {
+    "required": True, "content": {
+        "application/json": {"schema": BatchIn.model_json_schema()},
+        "application/x-ndjson": {"schema": {"type": "string", "description": "one RunRequest per line"}},
+    }}})
+async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Query(8, ge=1, le=1000)) -> Any:
+    """Many runs at once, at most ``concurrency`` in flight; bad lines become ``invalid`` results."""
+    raw = await request.body()
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    d = gw.dispatcher
+    # Parsing validates every line against the registries: blocking work, off the loop.
+    parsed = await asyncio.to_thread(parse_batch, raw, ctype in JSONL_TYPES, d.validate)
+    if isinstance(parsed, JSONResponse):
+        return parsed
+    items, body_concurrency = parsed
+    concurrency = body_concurrency or concurrency
+    items = mark_duplicates(items)
+    store = gw.batches
+    batch_id = await asyncio.to_thread(store.create, items, concurrency)
+    await asyncio.to_thread(store.claim, batch_id, gw.holder)
+    gw.start_batch(batch_id)
+    return {"batch_id": batch_id, "status_url": f"/v1/batches/{batch_id}", "total": len(items),
+            "invalid": [{"line": it.line, "id": it.id, "error": it.error} for it in items if it.error]}
+
+
+@router.get("/v1/batches/{batch_id}")
+def get_batch(batch_id: BatchId, gw: GatewayDep,
+              results: bool = Query(False, description="include the result lines")) -> Any:
+    """Progress: done / succeeded / failed / invalid / running / queued, tokens."""
+    view = gw.batches.view(batch_id, with_results=results)
+    if view is None:
+        return not_found(f"no batch with id {batch_id!r} (it may have expired)")
+    return view
+
+
+def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]) -> Any:
+    """A batch body → (items, concurrency from the body or None), or a 422 response."""
+    if jsonl:
+        try:
+            lines = decode_utf8(raw).splitlines()
+        except RequestError as exc:
+            return field_error(None, f"the JSONL body {exc}")
+        items = [parse_text(t, n, validate) for n, t in enumerate(lines, 1) if t.strip()]
+        return (items, None) if items else field_error(None, "the JSONL body has no lines")
+    try:
+        body = BatchIn.model_validate_json(raw)
+    except ValidationError as exc:
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from exc
+    return [parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency

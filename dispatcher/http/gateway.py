@@ -1,0 +1,142 @@
+"""What the routes share (``Gateway``) and the one FastAPI dependency that hands it out.
+
+Two async Redis clients: ``aredis`` for short commands and ``streams`` for the blocking
+``XREAD`` of SSE watchers. The latter has no socket timeout shorter than a keep-alive spell
+(a quiet stream must not be cut) and a pool sized for ``REACTQ_SSE_MAX_CLIENTS`` watchers.
+Batch drivers run in their own thread pool so they never starve the default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from functools import cached_property
+from typing import Annotated, Any
+
+import redis
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from fastapi import Depends, Request
+
+from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name
+from reactq.dispatcher.client import Dispatcher
+from reactq.dispatcher.dag import DagDispatcher
+from reactq.shared.redisconn import _state_url, async_client, connection_options
+from reactq.shared.settings import Settings
+
+log = logging.getLogger("reactq.http")
+
+#: Redis connections for short commands (status reads, readiness pings).
+COMMAND_POOL = 64
+#: After a Redis restart every pooled connection is dead: retry once on a fresh one instead
+#: of answering 503 to the first request that meets each of them.
+_RECONNECT: dict[str, Any] = {
+    "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+    "retry_on_error": [redis.ConnectionError, redis.TimeoutError, ConnectionError],
+    "health_check_interval": 10,
+}
+
+
+class Gateway:
+    """Settings, the sync dispatchers (runs, DAGs), the async Redis clients, batch threads."""
+
+    def __init__(self, settings: Settings, keepalive: float = 15.0, *, dispatcher: Dispatcher | None = None,
+                 dags: DagDispatcher | None = None, aredis: aioredis.Redis | None = None,
+                 max_watchers: int = 2000, batch_threads: int = 32) -> None:
+        self.settings = settings
+        self.keepalive = keepalive
+        self.max_watchers = max_watchers
+        self._dispatcher = dispatcher
+        self._dags = dags
+        self._aredis = aredis
+        self._streams: aioredis.Redis | None = aredis
+        self.stop = threading.Event()
+        self.tasks: set[asyncio.Future[Any]] = set()
+        self.holder = holder_name()
+        self.batch_pool = ThreadPoolExecutor(batch_threads, thread_name_prefix="reactq-batch")
+
+    @cached_property
+    def dispatcher(self) -> Dispatcher:
+        return self._dispatcher or (self._dags.runs if self._dags is not None else Dispatcher(self.settings))
+
+    @cached_property
+    def dags(self) -> DagDispatcher:
+        return self._dags or DagDispatcher(self.settings, redis_client=self.dispatcher.redis)
+
+    @property
+    def keys(self) -> Any:
+        return self.dispatcher.keys
+
+    @property
+    def aredis(self) -> aioredis.Redis:
+        if self._aredis is None:
+            # Blocking pool: a burst of watchers waits for a connection instead of a 503.
+            self._aredis = self._client(max_connections=COMMAND_POOL, timeout=10, socket_timeout=5)
+        return self._aredis
+
+    @property
+    def streams(self) -> aioredis.Redis:
+        """For blocking reads: the socket timeout outlasts the ``XREAD`` block (a keep-alive spell)."""
+        if self._streams is None:
+            self._streams = self._client(max_connections=self.max_watchers, timeout=5,
+                                         socket_timeout=self.keepalive + 10)
+        return self._streams
+
+    def _client(self, *, max_connections: int, timeout: float, socket_timeout: float) -> aioredis.Redis:
+        """A client over a blocking pool (a burst of watchers waits for a connection instead
+        of a 503), with the TLS/ACL options of the settings; a Redis Cluster client in
+        cluster mode (its pools are per node)."""
+        if self.settings.redis_cluster:
+            return async_client(self.settings, socket_timeout=socket_timeout, socket_connect_timeout=2)
+        url = _state_url(self.settings)
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=timeout, socket_timeout=socket_timeout,
+            socket_connect_timeout=2, **_RECONNECT, **connection_options(self.settings, url))
+        return aioredis.Redis(connection_pool=pool)
+
+    @cached_property
+    def batches(self) -> BatchStore:
+        return BatchStore(self.dispatcher.redis, self.keys, self.settings.run_ttl_seconds)
+
+    async def status_of(self, key: str) -> str | None:
+        raw = await self.aredis.hget(key, "status")
+        return None if raw is None else raw.decode()
+
+    def start_batch(self, batch_id: str) -> None:
+        """Drive a batch in the batch pool; the task set keeps a reference until it ends."""
+        fut = asyncio.get_running_loop().run_in_executor(
+            self.batch_pool, drive_stored_batch, self.dispatcher, self.batches, batch_id, self.holder, self.stop)
+        self.tasks.add(fut)
+        fut.add_done_callback(self.tasks.discard)
+
+    async def resume_batches(self) -> None:
+        """Drive the batches left running by a gateway that went away (lease expired)."""
+        loop = asyncio.get_running_loop()
+        for batch_id in await loop.run_in_executor(self.batch_pool, self._claim_unfinished):
+            log.info("resuming batch %s", batch_id)
+            self.start_batch(batch_id)
+
+    def _claim_unfinished(self) -> list[str]:
+        store = self.batches
+        return [b for b in store.unfinished() if store.claim(b, self.holder)]
+
+    async def close(self) -> None:
+        self.stop.set()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=5)
+        self.batch_pool.shutdown(wait=False)
+        for client in {id(c): c for c in (self._aredis, self._streams) if c is not None}.values():
+            await client.aclose()
+
+
+async def get_gateway(request: Request) -> Gateway:
+    """The one dependency every route takes. ``async``: a plain ``def`` dependency would
+    cost every request (a thousand SSE connects) a trip through the thread pool."""
+    gw: Gateway = request.app.state.gateway
+    return gw
+
+
+GatewayDep = Annotated[Gateway, Depends(get_gateway)]

@@ -1,0 +1,151 @@
+"""ASGI middleware of the gateway: the body-size limit and the bearer token.
+
+Plain ASGI (not Starlette's ``BaseHTTPMiddleware``) so SSE responses stream through untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from reactq.shared.errors import RequestError
+from reactq.shared.inputs import loads_strict
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: Probes answer without the token: a kubelet or a load balancer has none.
+OPEN_PATHS = ("/healthz", "/readyz")
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any],
+                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"),
+                            (b"content-length", str(len(data)).encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": data})
+
+
+class BodyLimit:
+    """413 for bodies over ``limit`` bytes: at once from ``Content-Length``, and while
+    reading for chunked bodies (the app is then told the client went away, and whatever it
+    answers is dropped: the 413 was already sent)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _too_large(self) -> dict[str, Any]:
+        return {"detail": f"request body is larger than {self.limit} bytes (REACTQ_MAX_BODY_BYTES)"}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or []).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await send_json(send, 413, self._too_large())
+            return
+        seen = 0
+        refused = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.limit:
+                    refused = True
+                    await send_json(send, 413, self._too_large())
+                    return {"type": "http.disconnect"}
+            return msg
+
+        async def guarded_send(msg: Message) -> None:
+            if not refused:
+                await send(msg)
+
+        await self.app(scope, limited_receive, guarded_send)
+
+
+class BearerAuth:
+    """Every route but the probes needs ``Authorization: Bearer <token>``."""
+
+    OPEN = (*OPEN_PATHS, "/ui")
+    # The viewer's static files hold no data: the page must load to show its token prompt.
+    OPEN_PREFIXES = ("/ui/",)
+
+    def __init__(self, app: ASGIApp, token: Any) -> None:
+        self.app = app
+        # Settings may hold the token as a pydantic SecretStr (kept out of reprs and logs).
+        raw = token.get_secret_value() if hasattr(token, "get_secret_value") else str(token)
+        self.token = raw.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if scope["type"] != "http" or path in self.OPEN or path.startswith(self.OPEN_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        auth = dict(scope.get("headers") or []).get(b"authorization", b"")
+        scheme, _, given = auth.partition(b" ")
+        # compare_digest: the time taken must not reveal how much of the token matched.
+        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
+            await send_json(send, 401, {"detail": "missing or invalid bearer token (REACTQ_API_TOKEN)"},
+                            [(b"www-authenticate", b"Bearer")])
+            return
+        await self.app(scope, receive, send)
+
+
+_JSON_TYPES = ("", "application/json")
+
+
+class StrictJson:
+    """A JSON body must be strict JSON before any route sees it: UTF-8, no NaN / Infinity,
+    no lone surrogates, at most ``MAX_DEPTH`` deep (``reactq.shared.inputs``). Refused with a
+    422 naming ``body``; other bodies (JSONL batches) pass through to be checked per line."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        ctype = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
+        main = ctype.split(";")[0].strip().lower()
+        if main not in _JSON_TYPES and not main.endswith("+json"):
+            await self.app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        while True:
+            msg = await receive()
+            if msg["type"] != "http.request":
+                return  # the client went away (or BodyLimit refused the body)
+            chunks.append(msg.get("body", b""))
+            if not msg.get("more_body"):
+                break
+        body = b"".join(chunks)
+        if body.strip():
+            try:
+                loads_strict(body, field=None)
+            except RequestError as exc:
+                await send_json(send, 422, {"detail": [
+                    {"type": "json_invalid", "loc": ["body"], "msg": f"request body {exc}"}]})
+                return
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)

@@ -1,0 +1,82 @@
+"""Operations routes: ``/healthz`` (liveness), ``/readyz`` (readiness), ``/metrics``.
+
+* ``/healthz`` — is this process alive: answers from the event loop alone, touches neither
+  Redis nor a thread pool, so it stays fast under a thousand watchers and running batches,
+  and a Redis outage never gets the pod restarted.
+* ``/readyz`` — can this gateway serve: Redis answers, the broker answers, a worker answered
+  a ping. 503 otherwise (the load balancer stops sending traffic; nothing is restarted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import redis
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
+
+from reactq.dispatcher.http.gateway import Gateway, GatewayDep
+from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
+from reactq.shared.settings import Settings
+
+router = APIRouter(tags=["ops"])
+_STARTED = time.monotonic()
+
+
+@router.get("/healthz")
+async def healthz() -> Any:
+    """Liveness: the process and its event loop answer. No Redis, no thread pool."""
+    return {"status": "ok", "uptime_s": round(time.monotonic() - _STARTED, 1)}
+
+
+@router.get("/readyz")
+async def readyz(gw: GatewayDep) -> Any:
+    """Readiness: Redis, the broker and at least one worker. 503 when any is missing."""
+    return await _readiness(gw)
+
+
+async def _readiness(gw: Gateway) -> JSONResponse:
+    out: dict[str, Any] = {"redis": "ok", "broker": "ok", "workers": []}
+    try:
+        await asyncio.wait_for(gw.aredis.ping(), timeout=2)
+    except (redis.RedisError, OSError, asyncio.TimeoutError) as exc:
+        out.update(status="unavailable", redis=f"error: {type(exc).__name__}", broker="unknown")
+        return JSONResponse(out, status_code=503)
+    if not await asyncio.to_thread(_broker_ok, gw.settings):
+        out.update(status="unavailable", broker="error: unreachable")
+        return JSONResponse(out, status_code=503)
+    try:
+        out["workers"] = sorted(await asyncio.wait_for(
+            asyncio.to_thread(gw.dispatcher.workers_seen, 0.5), timeout=3))
+    except Exception as exc:  # a ping problem is reported, not fatal: Redis is up
+        out["workers_error"] = type(exc).__name__
+    if not out["workers"]:
+        out["status"] = "unavailable"
+        return JSONResponse(out, status_code=503)
+    out["status"] = "ok"
+    return JSONResponse(out)
+
+
+def _broker_ok(settings: Settings) -> bool:
+    url = broker_url(settings)
+    if url == redis_url(settings):
+        return True  # already pinged
+    from kombu import Connection
+
+    try:
+        with Connection(url, connect_timeout=2, ssl=broker_ssl(settings, url) or False) as conn:
+            conn.ensure_connection(max_retries=1)
+        return True
+    except Exception:
+        return False
+
+
+@router.get("/metrics", response_class=Response)
+async def get_metrics(gw: GatewayDep) -> Any:
+    """Prometheus exposition (``reactq.dispatcher.metrics.render``)."""
+    from reactq.dispatcher import metrics
+
+    body, content_type = await asyncio.to_thread(metrics.render, gw.settings)
+    return Response(body, media_type=content_type)
