@@ -365,11 +365,14 @@ def test_an_interrupt_during_the_llm_call_sends_none_of_its_tool_calls(workers, 
     assert h1.result(timeout=30)["status"] == "cancelled"
     assert h2.result(timeout=30)["answer"] == "not charged"
     s1 = dispatcher.store.load(h1.run_id).state
-    assert [(m.tool_call_id, m.content) for m in s1.messages if m.role == "tool"] == [
-        ("p1", P.INTERRUPTED_OBSERVATION)]
+    # The stop aborts the LLM call in flight (issue 10, cancel within 1 s), so usually its
+    # reply never arrives; if it did, its call is answered as interrupted. Never run either way.
+    tool_msgs = [(m.tool_call_id, m.content) for m in s1.messages if m.role == "tool"]
+    assert tool_msgs in ([], [("p1", P.INTERRUPTED_OBSERVATION)])
     time.sleep(1.0)
     assert tool_end(dispatcher, f"never-{tid}") is None, "the tool never ran"
-    assert "charge_card" in thread_view(dispatcher, tid)["messages"][1]["content"]
+    if tool_msgs:
+        assert "charge_card" in thread_view(dispatcher, tid)["messages"][1]["content"]
 
 
 @pytest.mark.parametrize("ending", ["cancelled", "failed"])
