@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import signals
 
+from reactq.shared.tools.mcp import close_hub
 from reactq.workers import drive
 from reactq.workers.app import app
 from reactq.workers.lease import Watchdog
@@ -83,3 +84,10 @@ def _start_watchdog(**_: Any) -> None:
 def _stop_watchdog(**_: Any) -> None:
     if _watchdog is not None:
         _watchdog.stopped.set()
+    close_hub()
+
+
+@signals.worker_process_shutdown.connect
+def _close_mcp_sessions(**_: Any) -> None:
+    """A prefork child closes its own MCP sessions (stdio servers stop with it)."""
+    close_hub()
