@@ -43,7 +43,7 @@ async def slow(seconds: float, pid_file: str = "") -> str:
     if pid_file:
         Path(pid_file).write_text(str(os.getpid()))
     await asyncio.sleep(seconds)
-    return f"slept {seconds}"
+    return f"slept {seconds} in pid {os.getpid()}"
 
 
 @server.tool(annotations=ToolAnnotations(destructive_hint=True))

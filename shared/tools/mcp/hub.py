@@ -38,6 +38,13 @@ __all__ = ["McpHub", "McpUnavailable", "get_hub", "close_hub"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# JSON-RPC codes the SDK raises itself when the transport broke (mcp_types.jsonrpc): the
+# session is gone, unlike a server's own error answer.
+_TRANSPORT_CODES = {-32000, -32001}  # CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+
+def _server_answered(exc: BaseException) -> bool:
+    return isinstance(exc, MCPError) and exc.code not in _TRANSPORT_CODES
 
 
 class McpUnavailable(Exception):
@@ -143,9 +150,9 @@ class McpHub:
             client = await self._session(conn)
             try:
                 page = await asyncio.wait_for(client.list_tools(cursor=cursor), conn.cfg.timeout)
-            except MCPError:
-                raise
             except Exception as exc:
+                if _server_answered(exc):
+                    raise
                 await conn.close()
                 raise McpUnavailable(_describe(conn.cfg, exc)) from exc
             tools.extend(page.tools)
@@ -159,9 +166,9 @@ class McpHub:
         try:
             call = client.call_tool(tool, args)
             return await asyncio.wait_for(self._unless_dies(conn, call), conn.cfg.timeout)
-        except MCPError:
-            raise  # the server answered with a protocol error: the session is fine
         except Exception as exc:
+            if _server_answered(exc):
+                raise  # the server answered with a protocol error: the session is fine
             await conn.close()  # the next call opens a new session
             raise McpUnavailable(_describe(conn.cfg, exc)) from exc
 

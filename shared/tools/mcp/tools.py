@@ -61,7 +61,13 @@ class McpTool(Tool):
     server: str = ""
     remote_name: str = ""
     input_schema: dict[str, Any] = field(default_factory=dict)
-    hub: McpHub | None = None
+    servers: tuple[McpServerConfig, ...] = ()
+    """Every configured server: the hub is looked up per call, so a forked process (Celery's
+    prefork pool) gets sessions of its own instead of its parent's."""
+
+    @property
+    def hub(self) -> McpHub:
+        return get_hub(list(self.servers))
 
     def parameters(self) -> dict[str, Any]:
         schema = {k: v for k, v in self.input_schema.items() if k != "title"}
@@ -84,9 +90,9 @@ class McpTool(Tool):
 
     async def invoke(self, args: dict[str, Any]) -> str | ToolResult:
         self.validate_args(args)
-        assert self.hub is not None
+        hub = self.hub
         try:
-            result = await self.hub.run_async(self.hub.call_tool(self.server, self.remote_name, args))
+            result = await hub.run_async(hub.call_tool(self.server, self.remote_name, args))
         except McpUnavailable as exc:
             raise ToolError(str(exc)) from None
         except MCPError as exc:
@@ -159,11 +165,11 @@ def mcp_tools(servers: list[McpServerConfig], *, list_timeout: float | None = No
         except Exception as exc:
             log.warning("REACTQ_MCP: listing the tools of server '%s' failed: %s", cfg.name, exc)
             continue
-        out.extend(_wrap(cfg, d, hub) for d in defs)
+        out.extend(_wrap(cfg, d, tuple(servers)) for d in defs)
     return out
 
 
-def _wrap(cfg: McpServerConfig, d: McpToolDef, hub: McpHub) -> McpTool:
+def _wrap(cfg: McpServerConfig, d: McpToolDef, servers: tuple[McpServerConfig, ...]) -> McpTool:
     return McpTool(
         name=f"{cfg.name}{SEPARATOR}{d.name}",
         description=(d.description or d.title or d.name).strip(),
@@ -173,7 +179,7 @@ def _wrap(cfg: McpServerConfig, d: McpToolDef, hub: McpHub) -> McpTool:
         server=cfg.name,
         remote_name=d.name,
         input_schema=dict(d.input_schema or {}),
-        hub=hub,
+        servers=servers,
         metadata={"mcp_server": cfg.name},
     )
 
