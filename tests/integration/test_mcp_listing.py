@@ -22,7 +22,7 @@ from reactq.shared.tools.mcp import close_hub, load_mcp_config, mcp_tools
 from reactq.shared.errors import ConfigError, ToolError
 from tests.mcp.servers import HttpMcpServer, write_config
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.mcp]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from tests.integration.conftest import WorkerFactory
 from tests.mcp.servers import HttpMcpServer, write_config
 from tests.scripted_server import reply_text, reply_tool_calls
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.mcp]
 _dbs = itertools.count(8)
 
 
