@@ -130,7 +130,7 @@ class GuardedBackend(httpcore2.AsyncNetworkBackend):
         infos = await _resolve(host, port)
         addresses = list(dict.fromkeys(ipaddress.ip_address(i[4][0].split("%")[0]) for i in infos))
         if not addresses:
-            raise FetchRefused(f"cannot resolve host '{host}'")
+            raise FetchRefused(f"refused: cannot resolve host '{host}'")
         if self.allow.allows_host(host, port):
             return addresses[0]
         for ip in addresses:
@@ -149,4 +149,4 @@ async def _resolve(host: str, port: int) -> list[Any]:
     try:
         return list(await anyio.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM))
     except (socket.gaierror, UnicodeError, ValueError, OSError) as exc:
-        raise FetchRefused(f"cannot resolve host '{host}': {exc}") from None
+        raise FetchRefused(f"refused: cannot resolve host '{host}': {exc}") from None
