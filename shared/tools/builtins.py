@@ -8,6 +8,8 @@
 ``echo``           returns its input (the SPEC's ``EchoTool`` fixture)
 ``add``            the sum of two numbers (used by tests and the scripted demo)
 ``sleep``          waits up to 30 s (for demos and tests of parallel tool calls)
+``http_fetch``     GET/HEAD of a public URL as readable text, SSRF-guarded
+                   (:mod:`reactq.shared.tools.http_fetch`)
 =================  ==========================================================
 
 Errors are raised as :class:`~reactq.shared.errors.ToolError` with a message written for the
@@ -39,6 +41,7 @@ from pydantic import BaseModel, Field
 
 from reactq.shared.errors import ToolError
 from reactq.shared.tools.base import Tool, ToolRegistry
+from reactq.shared.tools.http_fetch import http_fetch_tool
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -49,6 +52,7 @@ __all__ = [
     "echo",
     "evaluate",
     "format_number",
+    "http_fetch",
     "json_query",
     "sleep",
     "text_stats",
@@ -497,7 +501,12 @@ sleep = Tool(
 
 # --------------------------------------------------------------------------- registry
 
-BUILTIN_TOOLS: list[Tool] = [calculator, current_time, json_query, text_stats, echo, add, sleep]
+http_fetch = http_fetch_tool()
+"""``http_fetch`` with the default limits and no allowlist; workers build theirs from
+``Settings`` (``REACTQ_HTTP_FETCH_*``) in :func:`reactq.shared.tools.loader.default_registry`."""
+
+BUILTIN_TOOLS: list[Tool] = [calculator, current_time, json_query, text_stats, echo, add, sleep,
+                             http_fetch]
 """Every built-in tool, in the order ``builtin_registry()`` registers them."""
 
 

@@ -65,7 +65,7 @@ def default_registry(settings: Settings) -> ToolRegistry:
     built-ins, and an MCP tool never shadows another (its name has the ``NAME__`` prefix)."""
     loaded = load_tools(settings.tools)
     loaded_names = {t.name for t in loaded}
-    builtins = [*BUILTIN_TOOLS, builtin_http_fetch(settings)]
+    builtins = [builtin_http_fetch(settings) if t.name == "http_fetch" else t for t in BUILTIN_TOOLS]
     for name in loaded_names & {t.name for t in builtins}:
         log.warning("REACTQ_TOOLS replaces the built-in tool '%s'", name)
     remote = [t for t in mcp_tools(load_mcp_config(settings.mcp)) if t.name not in loaded_names]

@@ -311,6 +311,7 @@ def test_builtin_registry_holds_every_builtin_in_order() -> None:
     """Built-ins: builtin_registry() registers BUILTIN_TOOLS in list order."""
     assert builtin_registry().names() == [
         "calculator", "current_time", "json_query", "text_stats", "echo", "add", "sleep",
+        "http_fetch",
     ]
     assert builtin_registry() is not builtin_registry()
 
