@@ -458,9 +458,10 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     _register_runs(app, gw)
     _register_batches(app, gw)
     _register_ops(app, gw)
-    from reactq.dispatcher import dag_http
+    from reactq.dispatcher import catalog_http, dag_http
 
     app.include_router(dag_http.router)
+    app.include_router(catalog_http.router)
     # Outermost first: auth refuses before a large body is read at all.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:

@@ -66,9 +66,17 @@ def publish_catalog() -> None:
     """Tell the door which tools and models the workers have (``reactq:catalog``), so a
     gateway validates requests without importing tool code. The last worker to start wins."""
     rt = runtime()
-    tools = [t.openai_schema()["function"] for t in rt.tools]
+    tools = [_catalog_entry(t) for t in rt.tools]
     models = [m.model_dump(mode="json") for m in rt.models.specs()]
     rt.redis.hset(rt.keys.catalog, mapping={"tools": json.dumps(tools), "models": json.dumps(models)})
+
+
+def _catalog_entry(t: Any) -> dict[str, Any]:
+    """A tool as ``GET /v1/tools`` lists it: its function schema plus its flags."""
+    entry = {**t.openai_schema()["function"], "idempotent": t.idempotent}
+    if t.metadata.get("mcp_server"):
+        entry["mcp_server"] = t.metadata["mcp_server"]
+    return entry
 
 
 @signals.worker_ready.connect

@@ -189,3 +189,29 @@ def test_a_destructive_mcp_tool_is_not_rerun_after_its_worker_is_killed(pair, ll
     assert target.read_text().splitlines() == ["once"], "never silently run again"
     events = [e for _, e in d.handle(h.run_id).events(timeout=10)]
     assert any(e.channel == "error" and e.data["kind"] == "tool_uncertain" for e in events)
+
+
+def test_the_gateway_lists_the_published_catalog_without_secrets(pair, llm, tmp_path):
+    import httpx
+
+    from tests.integration.conftest import worker_env
+    from tests.integration.test_gateway import start_gateway, stop_gateway
+
+    d, _, _ = pair
+    env = worker_env(d.settings.redis_url, llm, REACTQ_API_TOKEN="tok", OPENAI_API_KEY="sk-very-secret")
+    gw = start_gateway(env, tmp_path / "gateway.log")
+    try:
+        assert httpx.get(f"{gw.url}/v1/tools", timeout=10).status_code == 401
+        auth = {"Authorization": "Bearer tok"}
+        tools = httpx.get(f"{gw.url}/v1/tools", headers=auth, timeout=10).json()
+        models = httpx.get(f"{gw.url}/v1/models", headers=auth, timeout=10)
+    finally:
+        stop_gateway(gw)
+    assert tools["published"] is True
+    by_name = {t["name"]: t for t in tools["tools"]}
+    assert by_name["demo__add"]["mcp_server"] == "demo" and by_name["demo__add"]["idempotent"] is True
+    assert by_name["demo__append_line"]["idempotent"] is False
+    assert by_name["web__add"]["parameters"]["required"] == ["a", "b"]
+    assert by_name["http_fetch"]["idempotent"] is True and "calculator" in by_name
+    assert models.json()["published"] is True and models.json()["models"][0]["name"]
+    assert "sk-very-secret" not in models.text and "test-key" not in models.text
