@@ -73,6 +73,19 @@ def settings() -> Settings:
         fail(f"bad configuration: {validation_message(exc)}")
 
 
+def with_model(s: Settings) -> Settings:
+    """A configured model, else the bundled local one (started once, shared), else exit 2
+    saying what to set or install (``reactq.dispatcher.localmodel``)."""
+    from reactq.dispatcher.localmodel import resolve_model
+
+    try:
+        return resolve_model(s)
+    except ConfigError as exc:
+        fail(str(exc))
+    except RuntimeError as exc:  # the local server would not start
+        fail(f"the local model did not start: {exc}", EXIT_FAILED)
+
+
 def dispatcher(s: Settings | None = None) -> Dispatcher:
     from reactq.dispatcher.client import Dispatcher
 
@@ -249,7 +262,7 @@ def run(
 ) -> None:
     """Run an agent and render it live: thinking, tool calls, the streamed answer, a footer."""
     req = build_request(query, model, tools, mode, max_iterations, not no_completion_check)
-    s = settings()
+    s = with_model(settings())
     try:
         code = run_in_process(req, s, as_json) if local else run_distributed(req, s, as_json)
     except ConfigError as exc:
@@ -387,7 +400,7 @@ def serve(
     """The HTTP + SSE gateway (uvicorn)."""
     import uvicorn
 
-    s = settings()
+    s = with_model(settings())
     if start_workers:
         ensure_local_workers(s, dispatcher(s))
     if not s.redis_url:
@@ -411,8 +424,8 @@ def worker(
     from reactq.dispatcher.local import worker_command
     from reactq.shared.redisconn import redis_url
 
-    s = settings()
-    env = dict(os.environ)
+    s = with_model(settings())
+    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
     env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
@@ -424,10 +437,13 @@ def down() -> None:
     """Stop the local workers 'reactq run' started and the embedded Valkey server."""
     from reactq.dispatcher.local import stop_workers
 
+    from reactq.dispatcher.localmodel import stop_shared_server
+
     s = settings()
     n = stop_workers(s)
     embedded = "" if s.redis_url else " and the embedded server"
-    out.print(f"stopped {n} local worker(s){embedded}")
+    model = " and the local model server" if stop_shared_server(s) else ""
+    out.print(f"stopped {n} local worker(s){embedded}{model}")
 
 
 # ----------------------------------------------------------------------------- catalogs
