@@ -470,7 +470,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
 
 @app.command()
 def tools(as_json: bool = typer.Option(False, "--json")) -> None:
-    """The tools runs can use (built-ins + REACTQ_TOOLS)."""
+    """The tools runs can use (built-ins + REACTQ_MCP servers + REACTQ_TOOLS)."""
     from reactq.shared.tools.loader import default_registry
 
     try:
