@@ -29,6 +29,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -115,7 +116,7 @@ def run_batch(dispatcher: Any, questions: list[dict[str, Any]], output: Path, *,
 
     pending: dict[str, tuple[dict[str, Any], float]] = {}
     for q in questions:
-        request = {k: v for k, v in q.items() if k != "id"}
+        request = {k: v for k, v in q.items() if k not in ("id", "expect")}
         handle = dispatcher.submit(request)
         pending[handle.run_id] = (q, time.monotonic())
         say(f"  submitted {q['id']:<12} run {handle.run_id}   watch: reactq watch {handle.run_id}")
@@ -133,12 +134,21 @@ def run_batch(dispatcher: Any, questions: list[dict[str, Any]], output: Path, *,
                        "status": st["status"] if not timed_out else "timeout",
                        "answer": res.get("answer"), "mode": res.get("mode"), "model": res.get("model"),
                        "iterations": res.get("iterations"), "tool_calls": tool_calls_of(dispatcher, run_id),
-                       "usage": res.get("usage"), "elapsed": res.get("elapsed"), "error": res.get("error")}
+                       "usage": res.get("usage"), "elapsed": res.get("elapsed"), "error": res.get("error"),
+                       "right": is_right(q, res.get("answer"))}
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 out.flush()
                 del pending[run_id]
                 yield row
             time.sleep(0.2)
+
+
+def is_right(question: dict[str, Any], answer: Any) -> bool | None:
+    """Whether the answer matches the question's ``expect`` pattern (None: nothing expected)."""
+    pattern = question.get("expect")
+    if not pattern:
+        return None
+    return bool(re.search(pattern, str(answer or "")))
 
 
 def _one_line(text: Any, limit: int = 70) -> str:
@@ -218,8 +228,10 @@ def main(argv: list[str] | None = None) -> int:
             say(f"  {row['status']:<9} {row['id']:<12} {row['elapsed'] or 0:>6.1f}s  "
                 f"iterations={row['iterations']} tools={tools}  {_one_line(row['answer'])}")
         ok = sum(r["status"] == "succeeded" for r in rows)
-        say(f"\n{ok}/{len(rows)} runs succeeded in {time.monotonic() - t0:.1f}s. "
-            f"Results: {args.output.resolve()}")
+        graded = [r for r in rows if r["right"] is not None]
+        right = sum(bool(r["right"]) for r in graded)
+        say(f"\n{ok}/{len(rows)} runs succeeded in {time.monotonic() - t0:.1f}s; "
+            f"{right}/{len(graded)} answers right. Results: {args.output.resolve()}")
         if rows:
             say(f"Replay a run's events: reactq watch {rows[0]['run_id']}")
         if flower and args.keep:
