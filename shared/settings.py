@@ -75,5 +75,11 @@ class Settings(BaseSettings):
     """Follow-ups per run or DAG (429 above it; the stream is capped at this length)."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
+    # Tools from MCP servers (path of a TOML file, see reactq.shared.tools.mcp.config).
+    mcp: Path | None = None
+    # http_fetch: hosts, host:port or CIDRs allowed past the SSRF guard; limits per fetch.
+    http_fetch_allow: str = ""
+    http_fetch_max_bytes: int = Field(2_000_000, ge=1024)
+    http_fetch_timeout: float = Field(20.0, gt=0)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from celery import signals
 
+from reactq.shared.tools.mcp import close_hub
 from reactq.workers import drive
 from reactq.workers.app import app
 from reactq.workers.lease import Watchdog
@@ -80,9 +81,17 @@ def publish_catalog() -> None:
     """Tell the door which tools and models the workers have (``reactq:catalog``), so a
     gateway validates requests without importing tool code. The last worker to start wins."""
     rt = runtime()
-    tools = [t.openai_schema()["function"] for t in rt.tools]
+    tools = [_catalog_entry(t) for t in rt.tools]
     models = [m.model_dump(mode="json") for m in rt.models.specs()]
     rt.redis.hset(rt.keys.catalog, mapping={"tools": json.dumps(tools), "models": json.dumps(models)})
+
+
+def _catalog_entry(t: Any) -> dict[str, Any]:
+    """A tool as ``GET /v1/tools`` lists it: its function schema plus its flags."""
+    entry = {**t.openai_schema()["function"], "idempotent": t.idempotent}
+    if t.metadata.get("mcp_server"):
+        entry["mcp_server"] = t.metadata["mcp_server"]
+    return entry
 
 
 @signals.worker_ready.connect
@@ -117,3 +126,10 @@ def _prewarm_tool_runners_in_child(**_: Any) -> None:
 def _stop_watchdog(**_: Any) -> None:
     if _watchdog is not None:
         _watchdog.stopped.set()
+    close_hub()
+
+
+@signals.worker_process_shutdown.connect
+def _close_mcp_sessions(**_: Any) -> None:
+    """A prefork child closes its own MCP sessions (stdio servers stop with it)."""
+    close_hub()

@@ -40,6 +40,7 @@ from pydantic import SecretStr
 from reactq.shared.errors import ConfigError, LLMError, StreamIncomplete
 from reactq.shared.llm.scrub import describe_body, scrub
 from reactq.shared.llm import base as llm_base
+from reactq.shared.llm.shapes import tool_results_as_user
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
 
 __all__ = ["OpenAILLM", "is_loopback_url", "parse_arguments", "to_openai_message",
@@ -219,8 +220,10 @@ class OpenAILLM:
         extra_headers: Mapping[str, str] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        tool_results_as: str = "tool",
     ) -> None:
         self.model = model
+        self.tool_results_as = tool_results_as
         self.name = name or model
         self.base_url = base_url
         self.abilities: dict[str, bool] = dict(abilities or {})
@@ -282,8 +285,10 @@ class OpenAILLM:
             params["temperature"] = self.default_temperature
         if params.get("max_tokens") is None:
             params["max_tokens"] = self.default_max_tokens
-        request: dict[str, Any] = {"model": self.model,
-                                   "messages": [to_openai_message(m) for m in messages]}
+        wire = [to_openai_message(m) for m in messages]
+        if self.tool_results_as == "user":  # templates that drop tool messages (llm/shapes.py)
+            wire = tool_results_as_user(wire)
+        request: dict[str, Any] = {"model": self.model, "messages": wire}
         # Never send None: strict servers reject `tools: null`, and None would override
         # server-side defaults.
         request.update({k: v for k, v in params.items() if v is not None})

@@ -23,7 +23,7 @@ import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
@@ -73,6 +73,9 @@ class ModelEntry(BaseModel):
     max_retries: int = Field(2, ge=0, le=20)
     timeout: float = Field(60.0, gt=0)
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    # "user": send tool results as user messages, for chat templates that drop `tool`
+    # messages (llama.cpp's chatml-function-calling; see shared/llm/shapes.py).
+    tool_results_as: Literal["tool", "user"] = "tool"
 
 
 class _RegistryFile(BaseModel):
@@ -254,7 +257,7 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
                         abilities=entry.abilities.as_dict(), context_size=entry.context_size,
                         max_retries=entry.max_retries, timeout=entry.timeout, name=name,
                         extra_headers=entry.extra_headers or None, max_tokens=entry.max_tokens,
-                        temperature=entry.temperature)
+                        temperature=entry.temperature, tool_results_as=entry.tool_results_as)
         registry.register(name, llm, entry.roles, spec=_spec(name, entry))
     return registry
 

@@ -27,11 +27,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+from reactq.shared.errors import ConfigError
 from reactq.shared.plugins import entry_error, load_entries
 from reactq.shared.settings import Settings
 from reactq.shared.tools.base import Tool, ToolRegistry
 from reactq.shared.tools.builtins import BUILTIN_TOOLS, DEMO_TOOLS
+from reactq.shared.tools.http_fetch import http_fetch_tool
 from reactq.shared.tools.isolation import SPEC_KEY
+from reactq.shared.tools.mcp import load_mcp_config, mcp_tools
 
 __all__ = ["default_registry", "load_tools"]
 
@@ -63,13 +66,26 @@ def load_tools(spec: str | Iterable[str] | None, *, setting: str = "REACTQ_TOOLS
 
 
 def default_registry(settings: Settings) -> ToolRegistry:
-    """Built-in tools plus ``load_tools(settings.tools)``; loaded tools override built-ins."""
+    """Built-in tools (with ``http_fetch`` configured from ``settings``), the tools of the
+    ``REACTQ_MCP`` servers, then ``load_tools(settings.tools)``; loaded tools override
+    built-ins, and an MCP tool never shadows another (its name has the ``NAME__`` prefix)."""
     loaded = load_tools(settings.tools)
     loaded_names = {t.name for t in loaded}
-    builtins = BUILTIN_TOOLS + (DEMO_TOOLS if settings.demo_tools else [])
+    builtins = [builtin_http_fetch(settings) if t.name == "http_fetch" else t
+                for t in BUILTIN_TOOLS + (DEMO_TOOLS if settings.demo_tools else [])]
     for name in loaded_names & {t.name for t in builtins}:
         log.warning("REACTQ_TOOLS replaces the built-in tool '%s'", name)
+    remote = [t for t in mcp_tools(load_mcp_config(settings.mcp)) if t.name not in loaded_names]
     return ToolRegistry(
-        [t for t in builtins if t.name not in loaded_names] + loaded,
+        [t for t in builtins if t.name not in loaded_names] + remote + loaded,
         default_timeout=settings.tool_timeout,
     )
+
+
+def builtin_http_fetch(settings: Settings) -> Tool:
+    try:
+        return http_fetch_tool(allow=settings.http_fetch_allow,
+                               max_bytes=settings.http_fetch_max_bytes,
+                               timeout=settings.http_fetch_timeout)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reactq.dispatcher.demo import LocalModelServer, find_gguf, local_model_missing, write_registry
+from reactq.dispatcher.localmodel import LocalModelServer, find_gguf, local_model_missing, write_registry
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
 
@@ -52,10 +52,22 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServ
 
 
 @pytest.fixture(scope="session")
-def e2e_settings(e2e_redis: str, smollm2: LocalModelServer,
+def recorder(smollm2: LocalModelServer) -> Iterator[Any]:
+    """Every request the workers send to the model (tests/e2e/recorder.py)."""
+    from tests.e2e.recorder import RecordingProxy
+
+    proxy = RecordingProxy(smollm2.base_url)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def e2e_settings(e2e_redis: str, recorder: Any,
                  tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    # The registry the demo and `reactq run` use (tool results as user messages), through
+    # the recording proxy.
     registry = write_registry(tmp_path_factory.mktemp("e2e-registry") / "models.toml",
-                              smollm2.base_url, max_tokens=96, max_retries=0)
+                              recorder.base_url, max_tokens=96, max_retries=0)
     return Settings(redis_url=e2e_redis, models=registry)
 
 

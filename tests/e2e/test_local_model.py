@@ -105,3 +105,21 @@ def test_a_json_mode_run_against_smollm2(e2e_dispatcher):
         assert e.data["tool_call_id"].startswith("json-")
     turns = [e for e in events if _is(e, "thinking", "done")]
     assert turns and all(isinstance(e.data["reasoning"], str) for e in turns)
+
+
+def test_the_model_sees_the_tool_result_in_its_next_request(e2e_dispatcher, recorder):
+    """The chat template drops ``tool`` messages; ``tool_results_as = "user"`` (the local
+    registry's setting) puts the result where the model reads it."""
+    query = "What is 17 * 23? Use the calculator tool."
+    handle = e2e_dispatcher.submit(RunRequest(query=query, tools=["calculator"], mode="native",
+                                              max_iterations=3, completion_check=False))
+    events = [e for _, e in handle.events(timeout=240)]
+    done = [e.data for e in events if _is(e, "iteration", "done") and not e.data["error"]]
+    assert done, "SmolLM2 at temperature 0 calls the calculator for this question"
+    observation = done[0]["observation"]
+    sent = [r for r in recorder.requests if r.get("messages") and
+            any(m.get("content") == query for m in r["messages"] if m["role"] == "user")]
+    assert len(sent) >= 2
+    second = sent[1]["messages"]
+    assert any(m["role"] == "user" and observation in (m.get("content") or "")
+               and m["content"].startswith("Result of the tool call calculator") for m in second), second

@@ -310,9 +310,9 @@ def test_every_builtin_argument_has_a_description() -> None:
 def test_builtin_registry_holds_every_builtin_in_order() -> None:
     """Built-ins: builtin_registry() registers BUILTIN_TOOLS in list order; the demo tools
     (echo, add, sleep) only on request (issue 10: not registered by default)."""
-    assert builtin_registry().names() == ["calculator", "current_time", "json_query", "text_stats"]
+    assert builtin_registry().names() == ["calculator", "current_time", "json_query", "text_stats", "http_fetch"]
     assert builtin_registry(demo=True).names() == [
-        "calculator", "current_time", "json_query", "text_stats", "echo", "add", "sleep",
+        "calculator", "current_time", "json_query", "text_stats", "http_fetch", "echo", "add", "sleep",
     ]
     assert builtin_registry() is not builtin_registry()
 

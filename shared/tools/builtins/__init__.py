@@ -8,6 +8,8 @@
 ``echo``           returns its input (the SPEC's ``EchoTool`` fixture)
 ``add``            the sum of two numbers (used by tests and the scripted demo)
 ``sleep``          waits up to 30 s (for demos and tests of parallel tool calls)
+``http_fetch``     GET/HEAD of a public URL as readable text, SSRF-guarded
+                   (:mod:`reactq.shared.tools.http_fetch`)
 =================  ==========================================================
 
 ``echo``, ``add`` and ``sleep`` are demo/test tools (``DEMO_TOOLS``): workers register them
@@ -43,6 +45,7 @@ from reactq.shared.tools.builtins.numbers import (
     format_number,
 )
 from reactq.shared.tools.builtins.text import text_stats
+from reactq.shared.tools.http_fetch import http_fetch_tool
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -56,12 +59,17 @@ __all__ = [
     "echo",
     "evaluate",
     "format_number",
+    "http_fetch",
     "json_query",
     "sleep",
     "text_stats",
 ]
 
-BUILTIN_TOOLS: list[Tool] = [calculator, current_time, json_query, text_stats]
+http_fetch = http_fetch_tool()
+"""``http_fetch`` with the default limits and no allowlist; workers build theirs from
+``Settings`` (``REACTQ_HTTP_FETCH_*``) in :func:`reactq.shared.tools.loader.default_registry`."""
+
+BUILTIN_TOOLS: list[Tool] = [calculator, current_time, json_query, text_stats, http_fetch]
 """The built-in tools every worker registers, in registration order."""
 DEMO_TOOLS: list[Tool] = [echo, add, sleep]
 """Demo/test tools, registered only with ``REACTQ_DEMO_TOOLS=true``."""

@@ -1,0 +1,94 @@
+"""A first run with nothing configured: the bundled local model when its extra is installed,
+else exit 2 before anything is submitted, saying what to set or install."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import tomllib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from reactq.dispatcher import cli, localmodel
+from reactq.shared.errors import ConfigError
+from reactq.shared.settings import Settings
+
+
+@pytest.fixture
+def bare_env(monkeypatch, tmp_path) -> Path:
+    for k in list(os.environ):
+        if k.startswith(("REACTQ_", "OPENAI_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("REACTQ_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+def test_no_model_and_no_local_extra_exits_2_before_submitting(bare_env, monkeypatch):
+    monkeypatch.setattr(localmodel, "local_model_missing", lambda: "llama-cpp-python is not installed")
+
+    def never(*a, **k):
+        raise AssertionError("nothing may be submitted")
+
+    monkeypatch.setattr(cli, "run_distributed", never)
+    monkeypatch.setattr(cli, "run_in_process", never)
+    for args in (["run", "what is 17*23?"], ["run", "what is 17*23?", "--local"], ["serve"], ["worker"]):
+        res = CliRunner().invoke(cli.app, args)
+        assert res.exit_code == 2, (args, res.output)
+        text = " ".join(res.output.split())
+        assert "no model is configured" in text and "OPENAI_API_KEY" in text
+        assert "REACTQ_MODELS" in text and "make install-local" in text
+        assert "llama-cpp-python is not installed" in text
+    assert not (bare_env / "valkey").exists()
+
+
+@pytest.mark.parametrize("env", [{"OPENAI_API_KEY": "k"}, {"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"},
+                                 {"REACTQ_MODELS": "models.toml"}])
+def test_a_configured_model_is_used_as_it_is(bare_env, monkeypatch, env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    s = Settings()
+    assert localmodel.resolve_model(s) is s
+
+
+def test_with_the_local_extra_the_shared_server_is_used_and_tool_results_go_as_user(bare_env, monkeypatch):
+    monkeypatch.setattr(localmodel, "local_model_missing", lambda: None)
+    monkeypatch.setattr(localmodel, "shared_server", lambda s, stream=None: "http://127.0.0.1:7/v1")
+    s = localmodel.resolve_model(Settings())
+    assert s.models is not None and os.environ["REACTQ_MODELS"] == str(s.models)
+    entry = tomllib.loads(s.models.read_text())["models"]["smollm2"]
+    assert entry["base_url"] == "http://127.0.0.1:7/v1" and entry["tool_results_as"] == "user"
+    monkeypatch.delenv("REACTQ_MODELS")
+
+
+def test_a_running_server_is_reused_not_started_twice(bare_env, monkeypatch):
+    class Models(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Models)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        (bare_env / localmodel.STATE_FILE).write_text(json.dumps({"pid": 1, "port": httpd.server_address[1]}))
+
+        def no_start(*a, **k):
+            raise AssertionError("a second server was started")
+
+        monkeypatch.setattr(localmodel, "LocalModelServer", no_start)
+        url = localmodel.shared_server(Settings())
+        assert url == f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    finally:
+        httpd.shutdown()
+
+
+def test_the_message_is_a_config_error(bare_env, monkeypatch):
+    monkeypatch.setattr(localmodel, "local_model_missing", lambda: "x")
+    with pytest.raises(ConfigError, match="no model is configured"):
+        localmodel.resolve_model(Settings())
