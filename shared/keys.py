@@ -18,6 +18,15 @@
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events``| hash / stream | DAG tasks      | as for runs                 |
 | ``metrics:*``                     | hash   | workers               | none                        |
+| ``flow:{model}``                  | hash   | limiter (Lua)         | none (rtat, ttat, pause, …) |
+| ``flow:{model}:inflight``         | zset   | limiter               | none (call id → lease end)  |
+| ``flow:{model}:line:{priority}``  | zset   | limiter               | none (waiter → arrival ms)  |
+| ``flow:{model}:window``           | zset   | limiter               | 120 s (settled calls, 60 s) |
+| run hash field ``tokens_spent``   | int    | LLM middleware        | with the run                |
+| batch hash fields ``token_budget``, ``cancel`` | | gateway / CLI   | with the batch              |
+
+The ``flow:*`` keys are per model (shared by every run); the model name is wrapped in
+literal braces, a Redis Cluster hash tag, so one script touches one slot.
 """
 
 from __future__ import annotations
@@ -80,6 +89,18 @@ class Keys:
 
     def metrics(self, name: str) -> str:
         return f"{self.prefix}metrics:{name}"
+
+    def flow(self, model: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}"
+
+    def flow_inflight(self, model: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}:inflight"
+
+    def flow_line(self, model: str, priority: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}:line:{priority}"
+
+    def flow_window(self, model: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}:window"
 
     def run_keys(self, run_id: str) -> list[str]:
         """Every key of one run (for TTLs and clean-up)."""

@@ -14,6 +14,7 @@ from reactq.shared.errors import RequestError
 
 Mode = Literal["auto", "json", "native"]
 ModelHint = Literal["fast", "reasoning"]
+Priority = Literal["interactive", "batch"]
 
 
 class RunRequest(BaseModel):
@@ -31,6 +32,10 @@ class RunRequest(BaseModel):
     system_prompt: str | None = Field(None, max_length=100_000)
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    priority: Priority = "interactive"
+    """Who gets a rate-limited model's capacity first (batch lines default to ``batch``)."""
+    token_budget: int | None = Field(None, ge=1)
+    """The run's cap on LLM tokens (every call paid); reached ⇒ the max-iterations summary."""
 
     @field_validator("query")
     @classmethod

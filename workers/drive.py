@@ -21,7 +21,8 @@ from reactq.shared.inprocess import new_state
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
-from reactq.workers import metrics
+from reactq.shared.errors import RateLimited
+from reactq.workers import flow, metrics
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -59,13 +60,29 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     if _stale(rec, step_no):
         return
     state = rec.state or _initial_state(rt, rec)
+    flow.set_message_priority(state)
     current = rec.step_no
     while state.phase in ("select", "llm", "tools"):
         if rt.store.cancel_requested(run_id):
             _commit(rt, state, current, loop.cancel(state, now=rt.deps_for(state).clock()), send)
             return
         began = time.time()
-        events = _fan_in(rt, state, current, send) if state.phase == "tools" else _llm_or_select(rt, state)
+        if state.phase == "tools":
+            events = _fan_in(rt, state, current, send)
+        else:
+            gate = flow.gate(rt, state, rt.deps_for(state))
+            if gate.events is not None:  # the token budget is used up: the run ends here
+                _commit(rt, state, current, gate.events, send)
+                return
+            if gate.wait is not None:
+                _defer(rt, state, current, gate.wait, 0, send, ITERATE)
+                return
+            try:
+                with flow.scoped(gate):
+                    events = _llm_or_select(rt, state)
+            except RateLimited as wait:
+                _defer_stored(rt, run_id, wait, send, ITERATE)
+                return
         if events is None:
             return  # tools still running: their last one sends the next iterate
         if not _commit(rt, state, current, events, send, chain=True, began=began):
@@ -82,6 +99,8 @@ def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
     step = steps.select_step if state.phase == "select" else steps.llm_step
     try:
         return rt.run(step(state, deps, StoreIO(rt, state.run_id)))
+    except RateLimited:
+        raise  # not a failure: the step is sent again once the model has capacity
     except Exception as exc:  # S64: an LLM failure ends the run, with a done event
         log.warning("run %s failed: %s", state.run_id, exc)
         return loop.fail(state, exc, now=deps.clock())
@@ -93,15 +112,44 @@ def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     if _stale(rec, step_no) or rec.state is None or rec.state.phase != "answer":
         return
     state = rec.state
+    flow.set_message_priority(state)
     deps = rt.deps_for(state)
     if rec.cancel:
         events = loop.cancel(state, now=deps.clock())
     else:
-        try:
-            events = rt.run(steps.answer_step(state, deps, StoreIO(rt, run_id), published_seq=rec.pub_seq))
-        except Exception as exc:
-            events = loop.fail(state, exc, now=deps.clock(), kind="internal")
+        gate = flow.gate(rt, state, deps)
+        if gate.wait is not None:
+            _defer(rt, state, rec.step_no, gate.wait, rec.pub_seq, send, ANSWER)
+            return
+        if gate.events is not None:
+            events = gate.events
+        else:
+            try:
+                with flow.scoped(gate):
+                    events = rt.run(steps.answer_step(state, deps, StoreIO(rt, run_id), published_seq=rec.pub_seq))
+            except RateLimited as wait:
+                _defer_stored(rt, run_id, wait, send, ANSWER)
+                return
+            except Exception as exc:
+                events = loop.fail(state, exc, now=deps.clock(), kind="internal")
     _commit(rt, state, rec.step_no, events, send)
+
+
+def _defer(rt: Runtime, state: RunState, step_no: int, wait: RateLimited, published_seq: int,
+           send: Send, task: str) -> None:
+    """The step waits for model capacity: commit the wait (one ``rate_limited`` event per
+    wait), free this worker slot, and send the step again when capacity is expected."""
+    events = flow.deferred_events(state, wait, published_seq, now=time.time())
+    if _commit(rt, state, step_no, events, send, chain=True):
+        flow.send_later(task, [state.run_id, state.step_no], RUNS, wait.wait_s, state)
+
+
+def _defer_stored(rt: Runtime, run_id: str, wait: RateLimited, send: Send, task: str) -> None:
+    """A step stopped by ``RateLimited`` half-way: defer it from the last committed state
+    (events it already published keep their seqs; the wait's event comes after them)."""
+    rec = rt.store.load(run_id)
+    state = rec.state or _initial_state(rt, rec)
+    _defer(rt, state, rec.step_no, wait, rec.pub_seq, send, task)
 
 
 def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> None:
