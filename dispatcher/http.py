@@ -165,6 +165,7 @@ class InterruptIn(BaseModel):
 class BatchIn(BaseModel):
     requests: list[Any] = Field(..., min_length=1, max_length=100_000)
     concurrency: int = Field(8, ge=1, le=1000)
+    token_budget: int | None = Field(None, ge=1)
 
 
 def field_error(field: str | None, msg: str) -> JSONResponse:
@@ -341,7 +342,8 @@ def _register_batches(app: FastAPI, gw: Gateway) -> None:
             "application/json": {"schema": BatchIn.model_json_schema()},
             "application/x-ndjson": {"schema": {"type": "string", "description": "one RunRequest per line"}},
         }}})
-    async def create_batch(request: Request, concurrency: int = Query(8, ge=1, le=1000)) -> Any:
+    async def create_batch(request: Request, concurrency: int = Query(8, ge=1, le=1000),
+                           token_budget: int | None = Query(None, ge=1)) -> Any:
         """Many runs at once, at most ``concurrency`` in flight; bad lines become ``invalid`` results."""
         raw = await request.body()
         ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -349,11 +351,11 @@ def _register_batches(app: FastAPI, gw: Gateway) -> None:
         parsed = await asyncio.to_thread(_parse_batch, raw, ctype in jsonl_types, d.validate)
         if isinstance(parsed, JSONResponse):
             return parsed
-        items, body_concurrency = parsed
+        items, body_concurrency, body_budget = parsed
         concurrency = body_concurrency or concurrency
         items = mark_duplicates(items)
         store = gw.batches
-        batch_id = await asyncio.to_thread(store.create, items, concurrency)
+        batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget)
         await asyncio.to_thread(store.claim, batch_id, gw.holder)
         gw.start_batch(batch_id)
         return {"batch_id": batch_id, "status_url": f"/v1/batches/{batch_id}", "total": len(items),
@@ -373,13 +375,14 @@ def _parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]
     if jsonl:
         lines = raw.decode("utf-8", "replace").splitlines()
         items = [parse_text(t, n, validate) for n, t in enumerate(lines, 1) if t.strip()]
-        return (items, None) if items else field_error(None, "the JSONL body has no lines")
+        return (items, None, None) if items else field_error(None, "the JSONL body has no lines")
     try:
         body = BatchIn.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from exc
-    return [parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency
+    return ([parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency,
+            body.token_budget)
 
 
 async def _healthz(gw: Gateway) -> JSONResponse:
@@ -461,6 +464,9 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     from reactq.dispatcher import dag_http
 
     app.include_router(dag_http.router)
+    from reactq.dispatcher import flow_http
+
+    app.include_router(flow_http.router)
     # Outermost first: auth refuses before a large body is read at all.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:
