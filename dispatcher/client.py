@@ -29,7 +29,7 @@ from reactq.shared.redisconn import redis_url
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
-from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config
+from reactq.workers.config import ITERATE, MESSAGE_PRIORITY, RUNS_QUEUE, celery_config
 
 
 class RunHandle:
@@ -135,8 +135,9 @@ class Dispatcher:
 
         return default_registry(self.settings).names(), load_registry(self.settings).list_models()
 
-    def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE) -> None:
-        self.celery.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
+    def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE, *, priority: int | None = None) -> None:
+        options = {"priority": priority} if priority else {}
+        self.celery.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
 
     def validate(self, request: RunRequest | dict[str, Any]) -> RunRequest:
         """Pydantic validation plus registry checks; raises with the field named."""
@@ -152,7 +153,7 @@ class Dispatcher:
         rid, created = self.store.create(run_id or uuid.uuid4().hex, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key)
         if created:
-            self.send(ITERATE, [rid, 0])
+            self.send(ITERATE, [rid, 0], priority=MESSAGE_PRIORITY[req.priority])
         return RunHandle(self, rid, created=created)
 
     def handle(self, run_id: str) -> RunHandle:

@@ -274,10 +274,12 @@ class ScriptedServer:
 
     def __init__(self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
                  models: Sequence[str] = ("scripted",), rpm: int | None = None,
-                 tpm: int | None = None) -> None:
+                 tpm: int | None = None, window_s: float = 60.0) -> None:
         self.handler = handler
         self.rpm = rpm
         self.tpm = tpm
+        #: The enforcing window; the limits scale with it (rpm=600 over 3 s = 30 requests).
+        self.window_s = window_s
         self._window: list[tuple[float, int]] = []  # (accepted at, tokens reported)
         self.host = host
         self.models = list(models)
@@ -314,10 +316,10 @@ class ScriptedServer:
             self.errors.clear()
             self._window.clear()
 
-    def enforce(self, rpm: int | None, tpm: int | None) -> None:
+    def enforce(self, rpm: int | None, tpm: int | None, window_s: float = 60.0) -> None:
         """Switch enforcing mode on (or off with ``None, None``); the window starts empty."""
         with self._lock:
-            self.rpm, self.tpm = rpm, tpm
+            self.rpm, self.tpm, self.window_s = rpm, tpm, window_s
             self._window.clear()
 
     @property
@@ -329,16 +331,19 @@ class ScriptedServer:
         """Seconds until the window has room, or None when the request may pass (lock held)."""
         if not self.rpm and not self.tpm:
             return None
-        self._window = [(t, n) for t, n in self._window if t > now - 60.0]
+        w = self.window_s
+        self._window = [(t, n) for t, n in self._window if t > now - w]
         waits = []
-        if self.rpm and len(self._window) >= self.rpm:
-            waits.append(self._window[len(self._window) - self.rpm][0] + 60.0 - now)
-        if self.tpm and sum(n for _, n in self._window) >= self.tpm:
-            total, excess = 0, sum(n for _, n in self._window) - self.tpm
+        max_req = int(self.rpm * w / 60) if self.rpm else 0
+        max_tok = int(self.tpm * w / 60) if self.tpm else 0
+        if max_req and len(self._window) >= max_req:
+            waits.append(self._window[len(self._window) - max_req][0] + w - now)
+        if max_tok and sum(n for _, n in self._window) >= max_tok:
+            total, excess = 0, sum(n for _, n in self._window) - max_tok
             for t, n in self._window:
                 total += n
-                if total > excess:
-                    waits.append(t + 60.0 - now)
+                if total >= excess:
+                    waits.append(t + w - now)
                     break
         return max(0.01, max(waits)) if waits else None
 
@@ -589,9 +594,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--model", action="append", default=None, help="model id(s) to list")
     parser.add_argument("--rpm", type=int, default=None, help="enforce requests per minute (429)")
     parser.add_argument("--tpm", type=int, default=None, help="enforce tokens per minute (429)")
+    parser.add_argument("--window", type=float, default=60.0, help="enforcing window, seconds")
     args = parser.parse_args(argv)
     server = ScriptedServer(load_handler(args.script), host=args.host, port=args.port,
-                            models=args.model or ["scripted"], rpm=args.rpm, tpm=args.tpm)
+                            models=args.model or ["scripted"], rpm=args.rpm, tpm=args.tpm,
+                            window_s=args.window)
     server.serve_forever(announce=True)
 
 

@@ -15,6 +15,9 @@ TOOLS_QUEUE = "reactq.tools"
 ITERATE = "reactq.iterate"
 TOOL = "reactq.tool"
 ANSWER = "reactq.answer"
+#: Celery message priority per RunRequest.priority. kombu's Redis transport keeps one list per
+#: priority step (0, 3, 6, 9 by default) and pops 0 first: interactive steps go first.
+MESSAGE_PRIORITY = {"interactive": 0, "batch": 9}
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

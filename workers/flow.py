@@ -35,14 +35,14 @@ from reactq.shared.events import Event
 from reactq.shared.flow.limiter import Denied, FlowLimiter, Ticket
 from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
+from reactq.workers.config import MESSAGE_PRIORITY
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-#: Celery (Redis transport) priorities: 0 is popped first.
-PRIORITY = {"interactive": 0, "batch": 9}
+PRIORITY = MESSAGE_PRIORITY
 SPENT_FIELD = "tokens_spent"
 
 _message_priority: contextvars.ContextVar[int | None] = contextvars.ContextVar(
@@ -156,7 +156,7 @@ def _release(ticket: Ticket) -> None:
     llm = rt.models.get(ticket.model) if ticket.model in rt.models else None
     if isinstance(llm, LimitedLLM):
         try:
-            llm.flow.limiter.settle(ticket, llm.limits, 0)
+            llm.flow.limiter.settle(ticket, llm.limits, 0, learn=False)
         except Exception:
             log.debug("unused ticket not released", exc_info=True)
 

@@ -12,6 +12,9 @@ limit's pace instead of a minute's worth passing at once (a plain token bucket's
 which providers answer with 429s); in any 60 s window at most ``rpm`` (+1) requests start.
 A call reserves its estimated tokens and ``settle`` moves the token time back by what was
 over-reserved (or forward by what was under-reserved) once the provider reports usage.
+Estimates (characters / 4 + the completion allowance) are scaled by a ratio each model
+learns from its reported usage (a moving average of actual / estimated), so a model whose
+prompts tokenize densely, or whose completions are short, is not throttled by phantom tokens.
 
 A call that would start more than ``horizon`` from now is not admitted: it gets a
 ``wait_s`` and joins a waiting line (one per priority). Waiters are admitted in line order
@@ -37,8 +40,8 @@ Priority = Literal["interactive", "batch"]
 
 # KEYS: state hash, in-flight zset, interactive line zset, batch line zset.
 # ARGV: now_ms, member, prio ('i'/'b'), req_iv_ms, tok_iv_ms (per token), est tokens,
-#       max_concurrency (0 = none), horizon_ms, lease_ms, call id, grace_ms.
-# Returns {granted 0/1, start_or_wait_ms, reason}.
+#       max_concurrency (0 = none), horizon_ms, lease_ms, call id, grace_ms, tpm (0 = none).
+# Returns {granted 0/1, start_or_wait_ms, reason, reserved tokens}.
 _ACQUIRE = """
 local now = tonumber(ARGV[1])
 local member, prio = ARGV[2], ARGV[3]
@@ -47,6 +50,10 @@ local maxc, horizon, lease = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV
 local callid, grace = ARGV[10], tonumber(ARGV[11])
 local line = KEYS[3]
 if prio == 'b' then line = KEYS[4] end
+-- estimates are scaled by what calls of this model really used (settle keeps the ratio)
+local ratio = tonumber(redis.call('HGET', KEYS[1], 'ratio') or '1')
+est = math.ceil(est * ratio)
+if tonumber(ARGV[12]) > 0 then est = math.min(est, tonumber(ARGV[12])) end
 local per = math.max(riv, est * tiv, 1)
 -- waiters that never came back lose their place (look at a few heads per call)
 for _, ln in ipairs({KEYS[3], KEYS[4]}) do
@@ -66,7 +73,7 @@ local function wait(ms, reason)
   ms = math.max(ms, 0) + rank * per
   if ms < 20 then ms = 20 end
   redis.call('HSET', KEYS[1], 'dl:' .. member, now + ms + grace)
-  return {0, math.floor(ms), reason}
+  return {0, math.floor(ms), reason, est}
 end
 local pause = tonumber(redis.call('HGET', KEYS[1], 'pause') or '0')
 if pause > now then return wait(pause - now, 'paused') end
@@ -90,13 +97,19 @@ if maxc > 0 then redis.call('ZADD', KEYS[2], start + lease, callid) end
 redis.call('ZREM', line, member)
 redis.call('HDEL', KEYS[1], 'dl:' .. member)
 redis.call('HINCRBY', KEYS[1], 'reserved', est)
-return {1, math.floor(start - now), 'ok'}
+return {1, math.floor(start - now), 'ok', est}
 """
 
-# KEYS: state hash, in-flight zset. ARGV: now_ms, call id, tok_iv_ms, reserved, actual.
+# KEYS: state hash, in-flight zset, window zset. ARGV: now_ms, call id, tok_iv_ms, reserved,
+# actual, raw estimate (0 = the call failed: no learning).
 _SETTLE = """
 local now, tiv = tonumber(ARGV[1]), tonumber(ARGV[3])
-local reserved, actual = tonumber(ARGV[4]), tonumber(ARGV[5])
+local reserved, actual, raw = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+if raw > 0 and actual > 0 then
+  local ratio = tonumber(redis.call('HGET', KEYS[1], 'ratio') or '1')
+  ratio = 0.8 * ratio + 0.2 * (actual / raw)
+  redis.call('HSET', KEYS[1], 'ratio', math.min(4, math.max(0.02, ratio)))
+end
 redis.call('ZREM', KEYS[2], ARGV[2])
 if tiv > 0 then
   local ttat = tonumber(redis.call('HGET', KEYS[1], 'ttat') or '0')
@@ -142,6 +155,8 @@ class Ticket:
     call_id: str
     reserved: int
     start_in: float
+    estimate: int = 0
+    """The caller's own estimate (before the learnt scaling)."""
 
 
 @dataclass(frozen=True)
@@ -177,22 +192,27 @@ class FlowLimiter:
         call_id = uuid.uuid4().hex
         riv = 60000.0 / limits.rpm if limits.rpm else 0.0
         tiv = 60000.0 / limits.tpm if limits.tpm else 0.0
-        # A reservation larger than a minute's tokens could never be admitted.
-        est = min(max(0, tokens), limits.tpm) if limits.tpm else max(0, tokens)
-        granted, ms, reason = self._acquire(keys=self._keys(model), args=[
-            _now_ms(), member, "b" if priority == "batch" else "i", riv, tiv, est,
-            limits.max_concurrency or 0, self.horizon_ms, self.lease_ms, call_id, self.grace_ms])
+        raw = max(1, tokens)
+        # The script scales the estimate by the model's learnt actual/estimated ratio and caps
+        # it at a minute's tokens (a larger reservation could never be admitted).
+        granted, ms, reason, est = self._acquire(keys=self._keys(model), args=[
+            _now_ms(), member, "b" if priority == "batch" else "i", riv, tiv, raw,
+            limits.max_concurrency or 0, self.horizon_ms, self.lease_ms, call_id, self.grace_ms,
+            limits.tpm or 0])
         reason = reason.decode() if isinstance(reason, bytes) else str(reason)
         if int(granted):
-            return Ticket(model=model, call_id=call_id, reserved=est, start_in=int(ms) / 1000)
+            return Ticket(model=model, call_id=call_id, reserved=int(est), start_in=int(ms) / 1000,
+                          estimate=raw)
         return Denied(model=model, wait_s=int(ms) / 1000, reason=reason)
 
-    def settle(self, ticket: Ticket, limits: Limits, actual_tokens: int) -> None:
-        """The call ended: free its slot, correct the token reservation by what it used."""
+    def settle(self, ticket: Ticket, limits: Limits, actual_tokens: int, *, learn: bool = True) -> None:
+        """The call ended: free its slot, correct the token reservation by what it used
+        (and, with ``learn``, let the usage correct this model's future estimates)."""
         tiv = 60000.0 / limits.tpm if limits.tpm else 0.0
         self._settle(keys=[self.keys.flow(ticket.model), self.keys.flow_inflight(ticket.model),
                            self.keys.flow_window(ticket.model)],
-                     args=[_now_ms(), ticket.call_id, tiv, ticket.reserved, max(0, actual_tokens)])
+                     args=[_now_ms(), ticket.call_id, tiv, ticket.reserved, max(0, actual_tokens),
+                           ticket.estimate if learn else 0])
 
     def pause(self, model: str, seconds: float) -> None:
         """Stop admitting calls to ``model`` for ``seconds`` (a provider's Retry-After)."""

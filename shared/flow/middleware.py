@@ -157,7 +157,7 @@ class LimitedLLM:
         paid = paid_tokens(usage)
         actual = ticket.reserved if paid is None else paid
         try:
-            self.flow.limiter.settle(ticket, self.limits, actual)
+            self.flow.limiter.settle(ticket, self.limits, actual, learn=paid is not None)
         except Exception as exc:  # the lease on the slot expires by itself
             log.warning("flow settle failed for %s: %s", self.name, exc)
         self.flow.note("settle", model=self.name, reserved=ticket.reserved, actual=actual)
@@ -168,7 +168,7 @@ class LimitedLLM:
     def _failed(self, ticket: Ticket, exc: BaseException) -> BaseException:
         """Free the reservation; a provider 429/503 pauses the model for everyone."""
         try:
-            self.flow.limiter.settle(ticket, self.limits, 0)
+            self.flow.limiter.settle(ticket, self.limits, 0, learn=False)
         except Exception:
             log.debug("flow settle after failure failed", exc_info=True)
         status = getattr(exc, "status_code", None)
