@@ -109,6 +109,18 @@ class FlowControl:
                 log.debug("flow metric %s not recorded", kind, exc_info=True)
 
 
+def _no_sdk_rate_limit_retry(llm: Any) -> None:
+    """Switch the SDK's own 429 retry off on the client under any wrappers (metering reads
+    attributes through, so look at each object's own ``__dict__``)."""
+    obj = llm
+    while obj is not None:
+        own = vars(obj) if hasattr(obj, "__dict__") else {}
+        if "retry_rate_limits" in own:
+            obj.retry_rate_limits = False
+            return
+        obj = own.get("_inner")
+
+
 class LimitedLLM:
     """An ``LLM`` whose calls pass the model's cluster-wide limits (see the module doc)."""
 
@@ -119,12 +131,7 @@ class LimitedLLM:
         self.name = inner.name
         self.abilities = inner.abilities
         self.context_size = inner.context_size
-        if hasattr(inner, "retry_rate_limits"):
-            inner.retry_rate_limits = False
-        else:  # a wrapper (e.g. metering): switch it off on what it wraps
-            base = getattr(inner, "_inner", None)
-            if base is not None and hasattr(base, "retry_rate_limits"):
-                base.retry_rate_limits = False
+        _no_sdk_rate_limit_retry(inner)
 
     def __getattr__(self, item: str) -> Any:
         return getattr(self._inner, item)

@@ -20,8 +20,10 @@ from tests.scripted_server import count_assistant_messages, first_user_text, rep
 
 pytestmark = [pytest.mark.integration, pytest.mark.flow]
 
-#: 2 calls a run. 120 runs keep the test near 30 s on a loaded 2-core box (issue: 200).
-N_RUNS = 120
+#: 2 calls a run. 60 runs (the issue says 200) keep each load test under ~30 s on a shared
+#: 2-core box, where the unlimited load tops out near 12 calls/s; bench P7 runs 500.
+N_RUNS = 60
+SERVER = {"server_rpm": 480, "server_tpm": 48_000, "window_s": 3}
 
 
 @pytest.fixture
@@ -45,8 +47,8 @@ def _events(c: FlowCluster, run_id: str) -> list[Any]:
 
 
 def test_limits_just_under_the_providers_mean_zero_429s(make_cluster) -> None:
-    # Provider: 1,200 RPM / 120,000 TPM (over a 3 s window); ours 90 % of that.
-    c = make_cluster(limits={"rpm": 1080, "tpm": 108_000}, server_rpm=1200, server_tpm=120_000, window_s=3)
+    # Provider: 480 RPM / 48,000 TPM (counted over a 3 s window); ours 90 % of that.
+    c = make_cluster(limits={"rpm": 432, "tpm": 43_200}, **SERVER)
     handles = [c.d.submit(RunRequest(query=c.simple(f"under {i}"))) for i in range(N_RUNS)]
     results = c.wait_all(handles, timeout=120)
     assert [r["status"] for r in results] == ["succeeded"] * N_RUNS
@@ -54,11 +56,11 @@ def test_limits_just_under_the_providers_mean_zero_429s(make_cluster) -> None:
     assert c.server.rate_limited == []
     # and it was the limiter, not slack, that kept it so: the load would have gone faster.
     times = sorted(r.received_at for r in c.server.requests)
-    assert times[-1] - times[0] >= (2 * N_RUNS / 18.0) * 0.8
+    assert times[-1] - times[0] >= (2 * N_RUNS / 7.2) * 0.8
 
 
 def test_without_limits_the_same_load_gets_429s_and_still_finishes(make_cluster) -> None:
-    c = make_cluster(server_rpm=1200, server_tpm=120_000, window_s=3)
+    c = make_cluster(**SERVER)
     handles = [c.d.submit(RunRequest(query=c.simple(f"unlimited {i}"))) for i in range(N_RUNS)]
     results = c.wait_all(handles, timeout=150)
     assert [r["status"] for r in results] == ["succeeded"] * N_RUNS

@@ -149,3 +149,25 @@ def test_rate_limited_event_once_per_wait() -> None:
     assert loop.rate_limited(state, "m", 1.0, now=2.0) == []
     loop.admitted(state)
     assert len(loop.rate_limited(state, "m", 1.0, now=3.0)) == 1
+
+
+def test_the_sdk_retry_of_429s_is_switched_off_under_the_metering_wrapper() -> None:
+    from reactq.shared.flow.middleware import FlowControl, LimitedLLM
+    from reactq.shared.llm.openai import OpenAILLM
+    from reactq.workers.metrics import MeteredLLM
+
+    base = OpenAILLM("m", base_url="http://127.0.0.1:9/v1")
+    assert base.retry_rate_limits
+    LimitedLLM(MeteredLLM(base, recorder=None), Limits(), FlowControl(limiter=None))  # type: ignore[arg-type]
+    assert base.retry_rate_limits is False
+
+
+def test_estimates_learn_the_models_actual_to_estimated_ratio(lim: FlowLimiter, clock: Clock) -> None:
+    limits = Limits(tpm=60_000)
+    for _ in range(20):
+        t = lim.acquire("m", limits, member="a", priority="interactive", tokens=1000)
+        assert isinstance(t, Ticket)
+        lim.settle(t, limits, 100)  # the provider reports a tenth of the estimate
+        clock.advance(1)
+    t = lim.acquire("m", limits, member="a", priority="interactive", tokens=1000)
+    assert isinstance(t, Ticket) and 100 <= t.reserved < 150
