@@ -171,3 +171,32 @@ def test_estimates_learn_the_models_actual_to_estimated_ratio(lim: FlowLimiter, 
         clock.advance(1)
     t = lim.acquire("m", limits, member="a", priority="interactive", tokens=1000)
     assert isinstance(t, Ticket) and 100 <= t.reserved < 150
+
+
+def test_registry_entries_take_the_three_limits_and_refuse_nonsense(tmp_path) -> None:
+    from reactq.shared.errors import ConfigError
+    from reactq.shared.llm.registry import load_model_specs
+
+    good = tmp_path / "m.toml"
+    good.write_text('[models.a]\nmodel = "x"\nrpm = 500\ntpm = 200000\nmax_concurrency = 50\n')
+    (spec,) = load_model_specs(good)
+    assert (spec.rpm, spec.tpm, spec.max_concurrency) == (500, 200000, 50)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[models.a]\nmodel = "x"\nrpm = 0\n')
+    with pytest.raises(ConfigError, match=r"\[models.a\] rpm"):
+        load_model_specs(bad)
+
+
+def test_run_requests_take_priority_and_token_budget() -> None:
+    from pydantic import ValidationError
+
+    from reactq.dispatcher.batch import parse_obj
+    from reactq.shared.requests import RunRequest
+
+    assert RunRequest(query="q").priority == "interactive"
+    assert RunRequest(query="q", priority="batch", token_budget=10).token_budget == 10
+    for bad in ({"priority": "urgent"}, {"token_budget": 0}):
+        with pytest.raises(ValidationError):
+            RunRequest(query="q", **bad)
+    assert parse_obj({"query": "q"}, 1).request.priority == "batch"
+    assert parse_obj({"query": "q", "priority": "interactive"}, 1).request.priority == "interactive"
