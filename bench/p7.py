@@ -150,9 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                 out["limits_off"] = off
     finally:
         server.stop()
-    tr = on["tasks_running_while_waiting"]["max"]
+    running, waiting = on["tasks_running_while_waiting"]["mean"], on["runs_waiting"]["mean"]
+    # Far more runs wait than there are slots, and still most slots are free: the waiting
+    # runs hold none (a slot is busy only for a call, a tool, or a wait of ≤ 0.25 s + 0.5 s).
     out["met"] = {"rate_ge_95pct": on["achieved_pct"] >= 95.0, "429_le_1pct": on["429_pct"] <= 1.0,
-                  "no_slot_held_while_waiting": tr is None or tr < SPEC.slots,
+                  "no_slot_held_while_waiting": running is not None and waiting >= 2 * SPEC.slots
+                  and running <= SPEC.slots / 2,
                   "all_succeeded": on["succeeded"] == on["runs"]}
     print(json.dumps(out), flush=True)
     path = Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%dT%H%M%SZ', time.gmtime())}-P7.json"

@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(1_000_000, ge=1024)
     flow_completion_estimate: int = Field(512, ge=1)
     """Tokens a call reserves for its completion when it sets no ``max_tokens``."""
-    flow_inline_wait_s: float = Field(1.0, ge=0)
+    flow_inline_wait_s: float = Field(0.25, ge=0)
     """A wait for capacity up to this long is waited out in place; longer frees the slot."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")

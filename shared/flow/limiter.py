@@ -54,7 +54,10 @@ if prio == 'b' then line = KEYS[4] end
 local ratio = tonumber(redis.call('HGET', KEYS[1], 'ratio') or '1')
 est = math.ceil(est * ratio)
 if tonumber(ARGV[12]) > 0 then est = math.min(est, tonumber(ARGV[12])) end
-local per = math.max(riv, est * tiv, 1)
+-- the pace of the line: what an average call costs (tokens as reported, learnt at settle);
+-- optimistic before anything was learnt, so waiters come back early rather than late
+local avg = tonumber(redis.call('HGET', KEYS[1], 'avg') or '0')
+local per = math.max(riv, avg * tiv, 1)
 -- waiters that never came back lose their place (look at a few heads per call)
 for _, ln in ipairs({KEYS[3], KEYS[4]}) do
   local heads = redis.call('ZRANGE', ln, 0, 4)
@@ -106,9 +109,14 @@ _SETTLE = """
 local now, tiv = tonumber(ARGV[1]), tonumber(ARGV[3])
 local reserved, actual, raw = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 if raw > 0 and actual > 0 then
+  -- a running mean over the first calls, then a moving average (weight 0.2): the first
+  -- settled call already corrects an estimate that is far off
+  local n = redis.call('HINCRBY', KEYS[1], 'learnt', 1)
+  local w = math.max(0.2, 1 / n)
   local ratio = tonumber(redis.call('HGET', KEYS[1], 'ratio') or '1')
-  ratio = 0.8 * ratio + 0.2 * (actual / raw)
-  redis.call('HSET', KEYS[1], 'ratio', math.min(4, math.max(0.02, ratio)))
+  ratio = (1 - w) * ratio + w * (actual / raw)
+  local avg = tonumber(redis.call('HGET', KEYS[1], 'avg') or '0')
+  redis.call('HSET', KEYS[1], 'ratio', math.min(4, math.max(0.02, ratio)), 'avg', (1 - w) * avg + w * actual)
 end
 redis.call('ZREM', KEYS[2], ARGV[2])
 if tiv > 0 then

@@ -99,7 +99,7 @@ class FlowControl:
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     """Metrics: ``("wait"|"provider_429"|"settle", fields)``; must never raise."""
     completion_estimate: int = 512
-    inline_wait_s: float = 1.0
+    inline_wait_s: float = 0.25
 
     def note(self, kind: str, **fields: Any) -> None:
         if self.on_event is not None:
