@@ -66,6 +66,20 @@ class BatchFlow:
         if reason is None or (not queue and reason != "cancelled"):
             return
         driver.tally.stopped = driver.tally.stopped or reason
+        skipped = 0
         while queue:
             item = queue.popleft()
+            skipped += item.request is not None
             driver._report(invalid_result(item) if item.request is None else skipped_result(item, reason))
+        if skipped and reason != "cancelled":
+            _count_budget_stop(driver.dispatcher, skipped)
+
+
+def _count_budget_stop(d: Any, lines: int) -> None:
+    """``reactq_flow_budget_stops{scope="batch_line"}`` (the schema the workers write)."""
+    from reactq.shared.metrics_schema import label_field
+
+    try:
+        d.redis.hincrby(d.keys.metrics("flow_budget_stops"), label_field(["batch_line"]), lines)
+    except Exception:  # a metric never stops a batch
+        pass

@@ -141,7 +141,7 @@ def _defer(rt: Runtime, state: RunState, step_no: int, wait: RateLimited, publis
     wait), free this worker slot, and send the step again when capacity is expected."""
     events = flow.deferred_events(state, wait, published_seq, now=time.time())
     if _commit(rt, state, step_no, events, send, chain=True):
-        flow.send_later(task, [state.run_id, state.step_no], RUNS, wait.wait_s, state)
+        flow.send_later(rt, task, [state.run_id, state.step_no], RUNS, wait.wait_s, state)
 
 
 def _defer_stored(rt: Runtime, run_id: str, wait: RateLimited, send: Send, task: str) -> None:

@@ -20,6 +20,7 @@ list per priority step and pops ``0`` first), so interactive steps are taken fir
 from __future__ import annotations
 
 import contextvars
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -123,6 +124,9 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
         if got is None or isinstance(got, Ticket):
             if got is not None:
                 scope.tickets[llm.name] = got
+            if state.rate_limited_since is not None:  # the wait is over
+                unpark(rt, state.run_id)
+                loop.admitted(state)
             return Gate(scope=scope)
         assert isinstance(got, Denied)
         inline = llm.flow.inline_wait_s if isinstance(llm, LimitedLLM) else 0.0
@@ -167,9 +171,37 @@ def deferred_events(state: RunState, wait: RateLimited, published_seq: int, now:
     return loop.rate_limited(state, wait.model, wait.wait_s, now=now)
 
 
-def send_later(task: str, args: list[Any], queue: str, countdown: float, state: RunState) -> None:
-    """Enqueue with a countdown (the worker's timer holds it, not a thread)."""
+def send_later(rt: Runtime, task: str, args: list[Any], queue: str, countdown: float,
+               state: RunState) -> None:
+    """Enqueue with a countdown (the worker's timer holds it, not a thread), and park the
+    run in the lease table so that it is resumed even if that worker dies meanwhile."""
     from reactq.workers.app import app
 
+    park(rt, state.run_id, task, queue, countdown)
     app.send_task(task, args=args, queue=queue, countdown=max(0.0, countdown),
                   priority=PRIORITY.get(state.priority, 0), argsrepr=repr(args), kwargsrepr="{}")
+
+
+def _park_member(run_id: str) -> str:
+    return f"park:{run_id}"
+
+
+def park(rt: Runtime, run_id: str, task: str, queue: str, wait_s: float) -> None:
+    """A parked run is a lease nobody holds, due when its wait is over (+ a margin): a
+    countdown message dies with the worker that holds it (until the broker's visibility
+    timeout), so if the step has not started by then, the watchdog resumes the run."""
+    member = _park_member(run_id)
+    margin = max(5.0, 3 * rt.settings.lease_seconds)
+    spec = json.dumps({"task": task, "args": [run_id, None], "queue": queue, "worker": rt.worker_name})
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.zadd(rt.keys.leases, {member: int((time.time() + wait_s + margin) * 1000)})
+    pipe.hset(rt.keys.lease_tasks, member, spec)
+    pipe.execute()
+
+
+def unpark(rt: Runtime, run_id: str) -> None:
+    member = _park_member(run_id)
+    pipe = rt.redis.pipeline(transaction=False)
+    pipe.zrem(rt.keys.leases, member)
+    pipe.hdel(rt.keys.lease_tasks, member)
+    pipe.execute()

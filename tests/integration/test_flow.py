@@ -147,3 +147,18 @@ def test_token_budget_ends_on_the_budget_path_and_the_spend_survives_a_worker_ki
     errors = [e for e in _events(c, h.run_id) if e.channel == "error"]
     assert [e.data["kind"] for e in errors] == ["budget"]
 
+
+
+def test_runs_waiting_on_a_worker_that_dies_are_resumed(make_cluster) -> None:
+    """A countdown message lives in the worker that received it until the broker's
+    visibility timeout (an hour); the parked run's entry in the lease table brings it back
+    within seconds of its wait instead."""
+    c = make_cluster(limits={"rpm": 60}, REACTQ_LEASE_SECONDS="1.0")
+    handles = [c.d.submit(RunRequest(query=c.simple(f"parked {i}"))) for i in range(8)]
+    deadline = time.monotonic() + 20
+    while c.r.zcard("reactq:flow:{scripted}:line:interactive") < 4:
+        assert time.monotonic() < deadline, "the runs did not start waiting"
+        time.sleep(0.05)
+    c.workers[0].kill()
+    results = c.wait_all(handles, timeout=60)
+    assert [r["status"] for r in results] == ["succeeded"] * 8
