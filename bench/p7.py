@@ -65,11 +65,13 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.period):
             pipe = self.r.pipeline(transaction=False)
-            pipe.hlen("reactq:lease:tasks")
+            pipe.hkeys("reactq:lease:tasks")
             pipe.zcard("reactq:flow:{scripted}:line:interactive")
             pipe.zcard("reactq:flow:{scripted}:line:batch")
-            running, wi, wb = pipe.execute()
-            self.samples.append((int(running), int(wi) + int(wb)))
+            members, wi, wb = pipe.execute()
+            # a `park:` member is a run waiting on a countdown (no task running), not a lease
+            running = sum(1 for m in members if not m.startswith(b"park:"))
+            self.samples.append((running, int(wi) + int(wb)))
 
 
 def scenario(cl: Cluster, server: ScriptedServer, *, runs: int, rpm: int, tpm: int,
