@@ -6,6 +6,8 @@ started ``skipped``. Exit 0 once asked, 2 for an unknown batch, 1 if it had alre
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 
 from reactq.dispatcher.batch import BatchStore
@@ -35,11 +37,14 @@ def use_of(names: list[str]) -> dict[str, str]:
     """``rpm used / tpm used / in flight`` per model from Redis; empty when it is unreachable."""
     import redis as redis_lib
 
-    from reactq.dispatcher.cli import dispatcher
+    from reactq.dispatcher.cli import dispatcher, settings
     from reactq.shared.flow.limiter import FlowLimiter
 
+    s = settings()
+    if not s.redis_url and not _embedded_running(s.data_dir):
+        return {}  # showing the registry must not start the embedded server
     try:
-        d = dispatcher()
+        d = dispatcher(s)
         limiter = FlowLimiter(d.redis, d.keys)
         out = {}
         for name in names:
@@ -54,3 +59,14 @@ def use_of(names: list[str]) -> dict[str, str]:
         return out
     except (redis_lib.RedisError, OSError):
         return {}
+
+
+def _embedded_running(data_dir: Path) -> bool:
+    import json
+
+    from reactq.shared.redisconn import _ping
+
+    try:
+        return _ping(int(json.loads((data_dir / "valkey.json").read_text())["port"]))
+    except (OSError, ValueError, KeyError):
+        return False

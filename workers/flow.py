@@ -128,11 +128,9 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
                 unpark(rt, state.run_id)
                 loop.admitted(state)
             return Gate(scope=scope)
-        assert isinstance(got, Denied)
-        inline = llm.flow.inline_wait_s if isinstance(llm, LimitedLLM) else 0.0
-        if got.wait_s > inline:
-            if isinstance(llm, LimitedLLM):
-                llm.flow.note("wait", model=llm.name, priority=state.priority, seconds=got.wait_s)
+        assert isinstance(got, Denied) and isinstance(llm, LimitedLLM)
+        llm.flow.note("wait", model=llm.name, priority=state.priority, seconds=got.wait_s)
+        if got.wait_s > llm.flow.inline_wait_s:
             return Gate(wait=RateLimited(llm.name, got.wait_s, got.reason))
         time.sleep(got.wait_s)
     return Gate(wait=RateLimited(llm.name, 1.0, "busy"))

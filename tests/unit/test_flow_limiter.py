@@ -200,3 +200,18 @@ def test_run_requests_take_priority_and_token_budget() -> None:
             RunRequest(query="q", **bad)
     assert parse_obj({"query": "q"}, 1).request.priority == "batch"
     assert parse_obj({"query": "q", "priority": "interactive"}, 1).request.priority == "interactive"
+
+
+def test_reactq_run_shows_a_wait_for_capacity() -> None:
+    import io
+
+    from rich.console import Console
+
+    from reactq.dispatcher.render import RunRenderer
+    from reactq.shared.events import Event
+
+    buf = io.StringIO()
+    r = RunRenderer(Console(file=buf, width=100, force_terminal=False))
+    r.handle(Event("phase", {"phase": "rate_limited", "model": "general", "wait_s": 2.5, "seq": 1}), "1-0")
+    r.close()
+    assert "model general is at its limits; waiting ≈ 2.5s" in buf.getvalue()
