@@ -69,6 +69,10 @@ def test_without_limits_the_same_load_gets_429s_and_still_finishes(make_cluster)
     waits = [e for h in handles for e in _events(c, h.run_id)
              if e.channel == "phase" and e.data.get("phase") == "rate_limited"]
     assert waits and all(e.data["model"] == "scripted" for e in waits)
+    # and the metrics say so (rendered by GET /metrics as reactq_flow_provider_429)
+    assert sum(int(v) for v in c.r.hgetall("reactq:metrics:flow_provider_429").values()) > 0
+    tokens = {k.decode(): int(v) for k, v in c.r.hgetall("reactq:metrics:flow_tokens").items()}
+    assert tokens['["scripted","actual"]'] == 100 * 2 * N_RUNS
 
 
 def test_one_retry_after_pauses_every_worker(make_cluster) -> None:
@@ -146,6 +150,7 @@ def test_token_budget_ends_on_the_budget_path_and_the_spend_survives_a_worker_ki
     assert spent == 500 and len(calls) == 6
     errors = [e for e in _events(c, h.run_id) if e.channel == "error"]
     assert [e.data["kind"] for e in errors] == ["budget"]
+    assert c.r.hget("reactq:metrics:flow_budget_stops", '["run"]') == b"1"
 
 
 
