@@ -219,6 +219,8 @@ def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], sen
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
         return False
     metrics.on_commit(rt, state, step_no, events, began)
+    if state.phase == "done" and state.rate_limited_since is not None:
+        flow.unpark(rt, state.run_id)  # ended while waiting (cancelled): nothing to resume
     if not (chain and state.phase in ("select", "llm", "answer")):
         schedule(state, send)
     return True

@@ -62,6 +62,9 @@ class FlowCluster:
         return self.book.script(query, [reply_text(f"answer to {query}", usage=USAGE)],
                                 synthesis=reply_text("final", usage=USAGE))
 
+    def book_requests(self, query: str) -> list[Any]:
+        return [r for r in self.server.requests if first_user_text(r.body) == query]
+
     def first_request_at(self, query: str) -> float | None:
         times = [r.received_at for r in self.server.requests if first_user_text(r.body) == query]
         return min(times) if times else None

@@ -167,3 +167,21 @@ def test_runs_waiting_on_a_worker_that_dies_are_resumed(make_cluster) -> None:
     c.workers[0].kill()
     results = c.wait_all(handles, timeout=60)
     assert [r["status"] for r in results] == ["succeeded"] * 8
+
+
+def test_a_run_cancelled_while_it_waits_ends_and_is_not_resumed(make_cluster) -> None:
+    c = make_cluster(limits={"rpm": 6}, REACTQ_LEASE_SECONDS="1.0")  # one call every 10 s
+    first = c.d.submit(RunRequest(query=c.simple("cancel first")))
+    waiting = c.d.submit(RunRequest(query=c.simple("cancel waiting")))
+    deadline = time.monotonic() + 20
+    while not any(e.data.get("phase") == "rate_limited" for e in _events(c, waiting.run_id)):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert c.r.zscore("reactq:leases", f"park:{waiting.run_id}") is not None
+    calls = len(c.book_requests("cancel waiting"))
+    waiting.cancel()
+    assert waiting.result(timeout=20)["status"] == "cancelled"
+    assert c.r.zscore("reactq:leases", f"park:{waiting.run_id}") is None  # nothing left to resume
+    first.cancel()
+    first.result(timeout=20)
+    assert len(c.book_requests("cancel waiting")) == calls  # it called the model no more
