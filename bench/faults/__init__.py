@@ -1,0 +1,1 @@
+"""The fault suite: ``python -m bench.faults [names…]`` (see ``__main__``)."""
