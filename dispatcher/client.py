@@ -25,11 +25,12 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
+from reactq.shared.redisconn import broker_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
-from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config
+from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 
 
 def check_interrupt(text: str, max_chars: int) -> None:
@@ -148,8 +149,9 @@ class Dispatcher:
 
         return default_registry(self.settings).names(), load_registry(self.settings).list_models()
 
-    def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE) -> None:
-        self.celery.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
+    def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE, *, priority: int | None = None) -> None:
+        options = {"priority": priority} if priority else {}
+        self.celery.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
 
     def validate(self, request: RunRequest | dict[str, Any]) -> RunRequest:
         """Pydantic validation plus registry checks; raises with the field named."""
@@ -171,7 +173,7 @@ class Dispatcher:
         rid, created = self.store.create(run_id or uuid.uuid4().hex, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id)
         if created:
-            self.send(ITERATE, [rid, 0])
+            self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)
 
     def handle(self, run_id: str) -> RunHandle:

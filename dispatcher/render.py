@@ -171,6 +171,9 @@ class RunRenderer:
     def _on_phase(self, d: dict[str, Any]) -> None:
         if d.get("phase") == "selecting_tools":
             self._line("select", "blue", f"choosing tools among {d.get('total_tools')}")
+        elif d.get("phase") == "rate_limited":
+            self._line("wait", "yellow", f"model {escape(str(d.get('model')))} is at its limits; "
+                                         f"waiting ≈ {d.get('wait_s')}s (no worker held)")
         else:
             self._line("phase", "blue", escape(str(d.get("phase"))))
 

@@ -9,6 +9,7 @@
     ├── ToolError              a tool failed; the LLM sees it as an error observation
     ├── LLMError               the model endpoint failed after retries
     │   └── StreamIncomplete   a stream ended without its terminating chunk
+    ├── RateLimited            flow control: the model has no capacity now; retry after ``wait_s``
     ├── RunNotFound            no run (or DAG) with that id
     ├── StateConflict          stored state cannot take this step (moved past it, or another version)
     ├── UsageError             a command line that cannot work (exit 2), naming the option
@@ -61,6 +62,21 @@ class LLMError(ReactqError):
 
 class StreamIncomplete(LLMError):
     """A streamed completion stopped before ``[DONE]`` / a finish reason."""
+
+
+class RateLimited(ReactqError):
+    """A model's cluster-wide limits (or a provider's Retry-After) say: not now.
+
+    The Celery shell gives the worker slot back and sends the step again in ``wait_s``."""
+
+    def __init__(self, model: str, wait_s: float, reason: str = "rate") -> None:
+        super().__init__(f"model {model!r} is rate-limited ({reason}); retry in {wait_s:.2f}s")
+        self.model = model
+        self.wait_s = wait_s
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.model, self.wait_s, self.reason))
 
 
 class RunNotFound(ReactqError):

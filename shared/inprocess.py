@@ -59,12 +59,15 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     """A fresh run for ``request`` (mode resolved from the model's abilities, S2)."""
     native = request.mode != "json" and ability(deps.llm, "tool_call")
     available = request.tools if request.tools is not None else deps.registry.names()
-    return loop.new_run(
+    state = loop.new_run(
         run_id=run_id or uuid.uuid4().hex, query=request.query,
         model=request.model or deps.llm.name, native=native, available_tools=available,
         max_iterations=request.max_iterations or deps.config.max_iterations, completion_check=request.completion_check,
         system_prompt=request.system_prompt, metadata=request.metadata, now=deps.clock(),
     )
+    state.priority = request.priority
+    state.token_budget = request.token_budget
+    return state
 
 
 async def advance(state: RunState, deps: EngineDeps, io: steps.StepIO) -> list[Event]:

@@ -33,6 +33,11 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``thread:{tid}:runs``             | list   | dispatcher            | with the thread (JSON {run_id, query, created_at}) |
 | ``thread:{tid}:queue``            | list   | dispatcher, workers   | with the thread (enqueued run ids, FIFO) |
 | ``thread:{tid}:history``          | list   | workers (release)     | with the thread (JSON {run_id, messages}) |
+| ``flow:{model}``                  | hash   | limiter (Lua)         | none (rtat, ttat, pause, …) |
+| ``flow:{model}:inflight``         | zset   | limiter               | none (call id → lease end)  |
+| ``flow:{model}:line:{priority}``  | zset   | limiter               | none (waiter → arrival ms)  |
+| ``flow:{model}:window``           | zset   | limiter               | 120 s (settled calls, 60 s) |
+The ``flow:*`` keys are per model (shared by every run); the model name is wrapped in
 
 The rule every new key follows (so that ``REACTQ_REDIS_CLUSTER=true`` keeps working):
 
@@ -190,4 +195,16 @@ class Keys:
         """Every key of one thread, in the order the thread scripts take them."""
         return [self.thread(thread_id), self.thread_runs(thread_id), self.thread_queue(thread_id),
                 self.thread_history(thread_id)]
+
+    def flow(self, model: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}"
+
+    def flow_inflight(self, model: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}:inflight"
+
+    def flow_line(self, model: str, priority: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}:line:{priority}"
+
+    def flow_window(self, model: str) -> str:
+        return f"{self.prefix}flow:{{{model}}}:window"
 

@@ -54,6 +54,15 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            _TOOL_BUCKETS),
     Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",
            ("tool", "kind")),
+    # flow control (reactq.shared.flow)
+    Family("flow_wait_seconds", "histogram", "Waits for a model's capacity, by priority.",
+           ("model", "priority"), _TURN_BUCKETS),
+    Family("flow_provider_429", "counter", "Provider rate-limit answers (429, 503 + Retry-After).",
+           ("model", "status")),
+    Family("flow_tokens", "counter", "Tokens reserved before calls vs reported after them.",
+           ("model", "kind")),
+    Family("flow_budget_stops", "counter", "Runs stopped by their token budget, batch lines skipped.",
+           ("scope",)),
 )}
 
 

@@ -17,6 +17,7 @@ MultitaskStrategy = Literal["inject", "enqueue", "reject", "interrupt", "rollbac
 #: A thread id is also a Redis Cluster hash tag (``reactq:thread:{id}``): no braces in it.
 THREAD_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
 ModelHint = Literal["fast", "reasoning"]
+Priority = Literal["interactive", "batch"]
 
 
 class RunRequest(BaseModel):
@@ -39,6 +40,10 @@ class RunRequest(BaseModel):
     """Runs with one thread id share a conversation (DESIGN "Threads and double texting")."""
     multitask_strategy: MultitaskStrategy = "inject"
     """What this run does while another run of its thread is active."""
+    priority: Priority = "interactive"
+    """Who gets a rate-limited model's capacity first (batch lines default to ``batch``)."""
+    token_budget: int | None = Field(None, ge=1)
+    """The run's cap on LLM tokens (every call paid); reached ⇒ the max-iterations summary."""
 
     @field_validator("query")
     @classmethod

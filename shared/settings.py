@@ -73,6 +73,10 @@ class Settings(BaseSettings):
     """A run unchanged this long with no lease held is sent on again (``workers/sweeper.py``)."""
     max_interrupts: int = Field(100, ge=1)
     """Follow-ups per run or DAG (429 above it; the stream is capped at this length)."""
+    flow_completion_estimate: int = Field(512, ge=1)
+    """Tokens a call reserves for its completion when it sets no ``max_tokens``."""
+    flow_inline_wait_s: float = Field(0.25, ge=0)
+    """A wait for capacity up to this long is waited out in place; longer frees the slot."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
     # Tools from MCP servers (path of a TOML file, see reactq.shared.tools.mcp.config).

@@ -13,6 +13,10 @@ What callers may rely on:
 * Every chat request is logged (thread-safe) in ``server.requests`` as a ``RequestRecord``
   with the JSON body, the time it was received and the time it was answered (for streams:
   when the last byte was sent).
+* Enforcing mode (``ScriptedServer(..., rpm=N, tpm=M)`` or ``server.enforce(rpm, tpm)``): a
+  provider's own limits over a sliding 60 s window of the requests it accepted (tokens = the
+  usage it reports). A request over either limit gets 429 with ``Retry-After`` (seconds until
+  the window has room), is logged with ``status=429`` and never reaches the handler.
 * A handler that raises answers 500 with ``x-should-retry: false`` (so the openai client
   does not retry a test bug three times) and the exception is kept in ``server.errors``.
 
@@ -247,6 +251,7 @@ class RequestRecord:
     received_at: float
     answered_at: float | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    status: int = 200
 
 
 def _estimate_tokens(text: str) -> int:
@@ -272,8 +277,14 @@ class ScriptedServer:
     ``clear()``. ``base_url`` is ``http://127.0.0.1:PORT/v1`` (what ``OpenAILLM`` takes)."""
 
     def __init__(self, handler: Handler, *, host: str = "127.0.0.1", port: int = 0,
-                 models: Sequence[str] = ("scripted",)) -> None:
+                 models: Sequence[str] = ("scripted",), rpm: int | None = None,
+                 tpm: int | None = None, window_s: float = 60.0) -> None:
         self.handler = handler
+        self.rpm = rpm
+        self.tpm = tpm
+        #: The enforcing window; the limits scale with it (rpm=600 over 3 s = 30 requests).
+        self.window_s = window_s
+        self._window: list[tuple[float, int]] = []  # (accepted at, tokens reported)
         self.host = host
         self.models = list(models)
         self.errors: list[BaseException] = []
@@ -303,10 +314,47 @@ class ScriptedServer:
         return [r.body for r in self.requests]
 
     def clear(self) -> None:
-        """Forget logged requests and handler errors."""
+        """Forget logged requests and handler errors (and the enforcing window)."""
         with self._lock:
             self._log.clear()
             self.errors.clear()
+            self._window.clear()
+
+    def enforce(self, rpm: int | None, tpm: int | None, window_s: float = 60.0) -> None:
+        """Switch enforcing mode on (or off with ``None, None``); the window starts empty."""
+        with self._lock:
+            self.rpm, self.tpm, self.window_s = rpm, tpm, window_s
+            self._window.clear()
+
+    @property
+    def rate_limited(self) -> list[RequestRecord]:
+        """The requests the enforcing mode answered with 429."""
+        return [r for r in self.requests if r.status == 429]
+
+    def _over_limit(self, now: float) -> float | None:
+        """Seconds until the window has room, or None when the request may pass (lock held)."""
+        if not self.rpm and not self.tpm:
+            return None
+        w = self.window_s
+        self._window = [(t, n) for t, n in self._window if t > now - w]
+        waits = []
+        max_req = int(self.rpm * w / 60) if self.rpm else 0
+        max_tok = int(self.tpm * w / 60) if self.tpm else 0
+        if max_req and len(self._window) >= max_req:
+            waits.append(self._window[len(self._window) - max_req][0] + w - now)
+        if max_tok and sum(n for _, n in self._window) >= max_tok:
+            total, excess = 0, sum(n for _, n in self._window) - max_tok
+            for t, n in self._window:
+                total += n
+                if total >= excess:
+                    waits.append(t + w - now)
+                    break
+        return max(0.01, max(waits)) if waits else None
+
+    def _accepted(self, now: float, tokens: int) -> None:
+        if self.rpm or self.tpm:
+            with self._lock:
+                self._window.append((now, tokens))
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -400,6 +448,14 @@ class ScriptedServer:
             self._log.append(record)
             self._seq += 1
             seq = self._seq
+            over = self._over_limit(received)
+        if over is not None:
+            record.status = 429
+            record.answered_at = time.time()
+            return JSONResponse({"error": {"message": "scripted server: rate limit exceeded",
+                                           "type": "rate_limit_error", "code": "rate_limit_exceeded"}},
+                                status_code=429, headers={"retry-after": f"{over:.3f}",
+                                                          "retry-after-ms": f"{over * 1000:.0f}"})
         try:
             reply = self.handler(body)
             if inspect.isawaitable(reply):
@@ -424,6 +480,7 @@ class ScriptedServer:
                             headers=dict(reply.headers))
 
         if reply.status >= 400:
+            record.status = reply.status
             headers = dict(reply.headers)
             if reply.retry_after is not None:
                 headers["retry-after"] = f"{reply.retry_after:g}"
@@ -437,10 +494,13 @@ class ScriptedServer:
         completion_id = f"chatcmpl-scripted-{seq}"
         model = str(body.get("model") or (self.models[0] if self.models else "scripted"))
         if body.get("stream"):
+            usage = reply.usage if reply.usage is not None else _default_usage(body, reply)
+            self._accepted(received, int(usage.get("total_tokens") or 0))
             return StreamingResponse(self._stream(body, reply, completion_id, model, record),
                                      media_type="text/event-stream",
                                      headers={"cache-control": "no-cache", **reply.headers})
         payload = self._completion(body, reply, completion_id, model)
+        self._accepted(received, int((payload.get("usage") or {}).get("total_tokens") or 0))
         record.answered_at = time.time()
         return JSONResponse(payload, headers=dict(reply.headers))
 
@@ -541,9 +601,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 = a free port")
     parser.add_argument("--script", required=True, help="module:attr of the handler or scripts")
     parser.add_argument("--model", action="append", default=None, help="model id(s) to list")
+    parser.add_argument("--rpm", type=int, default=None, help="enforce requests per minute (429)")
+    parser.add_argument("--tpm", type=int, default=None, help="enforce tokens per minute (429)")
+    parser.add_argument("--window", type=float, default=60.0, help="enforcing window, seconds")
     args = parser.parse_args(argv)
     server = ScriptedServer(load_handler(args.script), host=args.host, port=args.port,
-                            models=args.model or ["scripted"])
+                            models=args.model or ["scripted"], rpm=args.rpm, tpm=args.tpm,
+                            window_s=args.window)
     server.serve_forever(announce=True)
 
 

@@ -18,6 +18,16 @@ TOOLS_QUEUE = "reactq.tools"
 ITERATE = "reactq.iterate"
 TOOL = "reactq.tool"
 ANSWER = "reactq.answer"
+#: Celery message priority per RunRequest.priority. kombu's Redis transport keeps one list per
+#: priority step (0, 3, 6, 9 by default) and pops 0 first: interactive steps go first.
+MESSAGE_PRIORITY = {"interactive": 0, "batch": 9}
+#: RabbitMQ is the other way round: a priority queue delivers the highest number first.
+AMQP_MESSAGE_PRIORITY = {"interactive": 9, "batch": 0}
+
+
+def message_priorities(url: str) -> dict[str, int]:
+    """The Celery priority of each RunRequest.priority on this broker."""
+    return AMQP_MESSAGE_PRIORITY if url.startswith(("amqp://", "amqps://", "pyamqp://")) else MESSAGE_PRIORITY
 
 
 #: RabbitMQ priorities 0…9 (``x-max-priority``): a queue declared without it ignores priorities.

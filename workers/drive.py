@@ -24,7 +24,8 @@ from reactq.shared.inprocess import new_state
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
-from reactq.workers import metrics, threads
+from reactq.shared.errors import RateLimited
+from reactq.workers import flow, metrics, threads
 from reactq.workers.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
 
@@ -68,13 +69,29 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     state = rec.state or _initial_state(rt, rec)
     if rec.state is None and not threads.prepare(rt, rec, state):
         return
+    flow.set_message_priority(state)
     current = rec.step_no
     while state.phase in ("select", "llm", "tools"):
         if rt.store.cancel_requested(run_id):
             _commit(rt, state, current, threads.stop(rt, state, rt.deps_for(state).clock()), send)
             return
         began = time.time()
-        events = _fan_in(rt, state, current, send) if state.phase == "tools" else _llm_or_select(rt, state)
+        if state.phase == "tools":
+            events = _fan_in(rt, state, current, send)
+        else:
+            gate = flow.gate(rt, state, rt.deps_for(state))
+            if gate.events is not None:  # the token budget is used up: the run ends here
+                _commit(rt, state, current, gate.events, send)
+                return
+            if gate.wait is not None:
+                _defer(rt, state, current, gate.wait, 0, send, ITERATE)
+                return
+            try:
+                with flow.scoped(gate):
+                    events = _llm_or_select(rt, state)
+            except RateLimited as wait:
+                _defer_stored(rt, run_id, wait, send, ITERATE)
+                return
         if events is None:
             return  # tools still running: their last one sends the next iterate
         if state.phase == "tools" and rt.store.cancel_requested(run_id):
@@ -100,6 +117,8 @@ def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
     step = steps.select_step if state.phase == "select" else steps.llm_step
     try:
         return _cancellable(rt, state.run_id, step(state, deps, StoreIO(rt, state.run_id)))
+    except RateLimited:
+        raise  # not a failure: the step is sent again once the model has capacity
     except RunCancelled:
         return threads.stop(rt, state, deps.clock())
     except redis.RedisError:
@@ -118,20 +137,49 @@ def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     if _stale(rec, step_no) or rec.state is None or rec.state.phase != "answer":
         return
     state = rec.state
+    flow.set_message_priority(state)
     deps = rt.deps_for(state)
     if rec.cancel:
         events = threads.stop(rt, state, deps.clock())
     else:
-        try:
-            events = _cancellable(rt, run_id, steps.answer_step(state, deps, StoreIO(rt, run_id),
-                                                                published_seq=rec.pub_seq))
-        except RunCancelled:
-            events = threads.stop(rt, state, deps.clock())
-        except redis.RedisError:
-            raise
-        except Exception as exc:
-            events = loop.fail(state, exc, now=deps.clock(), kind="internal")
+        gate = flow.gate(rt, state, deps)
+        if gate.wait is not None:
+            _defer(rt, state, rec.step_no, gate.wait, rec.pub_seq, send, ANSWER)
+            return
+        if gate.events is not None:
+            events = gate.events
+        else:
+            try:
+                with flow.scoped(gate):
+                    events = _cancellable(rt, run_id, steps.answer_step(state, deps, StoreIO(rt, run_id),
+                                                                        published_seq=rec.pub_seq))
+            except RateLimited as wait:
+                _defer_stored(rt, run_id, wait, send, ANSWER)
+                return
+            except RunCancelled:
+                events = threads.stop(rt, state, deps.clock())
+            except redis.RedisError:
+                raise
+            except Exception as exc:
+                events = loop.fail(state, exc, now=deps.clock(), kind="internal")
     _commit(rt, state, rec.step_no, events, send)
+
+
+def _defer(rt: Runtime, state: RunState, step_no: int, wait: RateLimited, published_seq: int,
+           send: Send, task: str) -> None:
+    """The step waits for model capacity: commit the wait (one ``rate_limited`` event per
+    wait), free this worker slot, and send the step again when capacity is expected."""
+    events = flow.deferred_events(state, wait, published_seq, now=time.time())
+    if _commit(rt, state, step_no, events, send, chain=True):
+        flow.send_later(rt, task, [state.run_id, state.step_no], RUNS, wait.wait_s, state)
+
+
+def _defer_stored(rt: Runtime, run_id: str, wait: RateLimited, send: Send, task: str) -> None:
+    """A step stopped by ``RateLimited`` half-way: defer it from the last committed state
+    (events it already published keep their seqs; the wait's event comes after them)."""
+    rec = rt.store.load(run_id)
+    state = rec.state or _initial_state(rt, rec)
+    _defer(rt, state, rec.step_no, wait, rec.pub_seq, send, task)
 
 
 def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> None:
@@ -206,6 +254,8 @@ def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], sen
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
         return False
     metrics.on_commit(rt, state, step_no, events, began)
+    if state.phase == "done" and state.rate_limited_since is not None:
+        flow.unpark(rt, state.run_id)  # ended while waiting (cancelled): nothing to resume
     if not (chain and state.phase in ("select", "llm", "answer")):
         schedule(state, send)
     if state.phase == "done":

@@ -21,14 +21,12 @@ Recording never raises: a Redis hiccup costs a data point, never a run.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
 import time
 from collections.abc import AsyncIterator, Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import redis
 

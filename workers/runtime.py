@@ -20,6 +20,7 @@ import redis
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.flow.middleware import FlowControl, limited_registry
 from reactq.shared.hooks import HookRegistry
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM
@@ -58,6 +59,12 @@ class Runtime:
         return Leases(self.redis, self.keys, self.settings.lease_seconds, holder=self.worker_name)
 
     @cached_property
+    def flow(self) -> FlowControl:
+        from reactq.workers.flow import flow_control
+
+        return flow_control(self)
+
+    @cached_property
     def tools(self) -> ToolRegistry:
         return default_registry(self.settings)
 
@@ -74,8 +81,9 @@ class Runtime:
     def models(self) -> ModelRegistry:
         reg = getattr(self._local, "models", None)
         if reg is None:
-            reg = self._local.models = traced_registry(metered_registry(load_registry(self.settings),
-                                                                        Recorder(self.redis, self.keys)))
+            metered = metered_registry(load_registry(self.settings), Recorder(self.redis, self.keys))
+            # Flow control outside metering and tracing: waits are not call latency (reactq.shared.flow).
+            reg = self._local.models = limited_registry(traced_registry(metered), self.flow)
         return reg
 
     def llm(self, name: str | None) -> LLM:

@@ -19,7 +19,7 @@ from typing import Any
 from celery import signals
 
 from reactq.shared.tools.mcp import close_hub
-from reactq.workers import drive
+from reactq.workers import drive, flow
 from reactq.workers.app import app
 from reactq.workers.lease import Watchdog
 from reactq.workers.runtime import runtime
@@ -29,8 +29,13 @@ log = logging.getLogger(__name__)
 
 
 def send(task: str, args: list[Any], queue: str) -> None:
-    """Enqueue by name; Flower shows the run id and step, nothing else."""
-    app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
+    """Enqueue by name; Flower shows the run id and step, nothing else. A batch run's steps
+    carry its lower priority (``workers/flow.py``)."""
+    options: dict[str, Any] = {}
+    priority = flow.message_priority()
+    if priority:
+        options["priority"] = priority
+    app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
 
 
 def _resume_step(task: Any, step_no: int | None) -> int | None:
@@ -48,6 +53,7 @@ def _resume_step(task: Any, step_no: int | None) -> int | None:
 @app.task(name="reactq.iterate", ignore_result=True, bind=True)
 def iterate(self: Any, run_id: str, step_no: int | None = None) -> None:
     step_no = _resume_step(self, step_no)
+    flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
     with rt.leases.hold(f"run:{run_id}", "reactq.iterate", [run_id, None], drive.RUNS) as held:
         if held:
@@ -57,6 +63,7 @@ def iterate(self: Any, run_id: str, step_no: int | None = None) -> None:
 @app.task(name="reactq.answer", ignore_result=True, bind=True)
 def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
     step_no = _resume_step(self, step_no)
+    flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
     with rt.leases.hold(f"run:{run_id}", "reactq.answer", [run_id, None], drive.RUNS) as held:
         if held:
@@ -66,6 +73,7 @@ def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
 @app.task(name="reactq.tool", ignore_result=True)
 def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) -> None:
     """``tool_name`` is only there so that Flower shows which tool a task runs."""
+    flow.set_message_priority(None)
     rt = runtime()
     member = f"tool:{run_id}:{call_id}"
     spec = [run_id, step_no, call_id, tool_name]

@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import APIRouter, FastAPI
 
-from reactq.dispatcher import catalog_http, runs_index_http, threads_http, ui_http
+from reactq.dispatcher import catalog_http, flow_http, runs_index_http, threads_http, ui_http
 from reactq.dispatcher.http import batches, dags, errors, ops, runs
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
@@ -27,7 +27,8 @@ log = logging.getLogger("reactq.http")
 DEFAULT_KEEPALIVE = 15.0
 
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
-                            ui_http.router, threads_http.router, catalog_http.router]
+                            ui_http.router, threads_http.router, catalog_http.router,
+                            flow_http.router]
 
 
 def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:

@@ -35,6 +35,7 @@ class BatchIn(BaseModel):
 
     requests: list[Any] = Field(..., min_length=1, max_length=100_000)
     concurrency: StrictInt = Field(8, ge=1, le=1000)
+    token_budget: StrictInt | None = Field(None, ge=1)
 
 
 @router.post("/v1/batches", status_code=202, openapi_extra={"requestBody": {
@@ -42,7 +43,8 @@ class BatchIn(BaseModel):
         "application/json": {"schema": BatchIn.model_json_schema()},
         "application/x-ndjson": {"schema": {"type": "string", "description": "one RunRequest per line"}},
     }}})
-async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Query(8, ge=1, le=1000)) -> Any:
+async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Query(8, ge=1, le=1000),
+                       token_budget: int | None = Query(None, ge=1)) -> Any:
     """Many runs at once, at most ``concurrency`` in flight; bad lines become ``invalid`` results."""
     raw = await request.body()
     ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
@@ -51,11 +53,11 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
     parsed = await asyncio.to_thread(parse_batch, raw, ctype in JSONL_TYPES, d.validate)
     if isinstance(parsed, JSONResponse):
         return parsed
-    items, body_concurrency = parsed
+    items, body_concurrency, body_budget = parsed
     concurrency = body_concurrency or concurrency
     items = mark_duplicates(items)
     store = gw.batches
-    batch_id = await asyncio.to_thread(store.create, items, concurrency)
+    batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget)
     await asyncio.to_thread(store.claim, batch_id, gw.holder)
     gw.start_batch(batch_id)
     return {"batch_id": batch_id, "status_url": f"/v1/batches/{batch_id}", "total": len(items),
@@ -73,17 +75,18 @@ def get_batch(batch_id: BatchId, gw: GatewayDep,
 
 
 def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]) -> Any:
-    """A batch body → (items, concurrency from the body or None), or a 422 response."""
+    """A batch body → (items, concurrency and token budget from the body or None), or a 422."""
     if jsonl:
         try:
             lines = decode_utf8(raw).splitlines()
         except RequestError as exc:
             return field_error(None, f"the JSONL body {exc}")
         items = [parse_text(t, n, validate) for n, t in enumerate(lines, 1) if t.strip()]
-        return (items, None) if items else field_error(None, "the JSONL body has no lines")
+        return (items, None, None) if items else field_error(None, "the JSONL body has no lines")
     try:
         body = BatchIn.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from exc
-    return [parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency
+    return ([parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency,
+            body.token_budget)

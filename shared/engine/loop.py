@@ -463,3 +463,41 @@ def _done(state: RunState, answer: str, iterations: int, pending: list[str] | No
     if pending:
         data["pending_injections"] = pending
     return emit(state, "done", **data)
+
+
+# -- flow control (the shell decides when; these say what happens) ---------------------------
+
+def rate_limited(state: RunState, model: str, wait_s: float, *, now: float) -> list[Event]:
+    """The step must wait for model capacity: one ``phase`` event per wait."""
+    if state.rate_limited_since is not None:
+        return []
+    state.rate_limited_since = now
+    return [emit(state, "phase", phase="rate_limited", model=model, wait_s=round(wait_s, 3))]
+
+
+def admitted(state: RunState) -> None:
+    """The wait (if any) is over."""
+    state.rate_limited_since = None
+
+
+def budget_reached(state: RunState, spent: int) -> bool:
+    return state.token_budget is not None and spent >= state.token_budget
+
+
+def stop_for_budget(state: RunState, spent: int, *, now: float) -> list[Event]:
+    """The run's token budget is used up: no further LLM call. The answer is the seed's
+    max-iterations summary text itself (S16), streamed as-is; the run ``succeeded`` like
+    the other fallbacks, with an ``error`` event ``kind: "budget"``."""
+    from reactq.shared.engine.synthesis import fallback_chunks
+
+    _answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)
+    events = [emit(state, "error", kind="budget", spent=spent, token_budget=state.token_budget,
+                   message=f"Token budget reached: {spent} of {state.token_budget} tokens used; "
+                           "answering with what was gathered so far")]
+    if state.phase != "answer":
+        events += _to_answer(state, text)
+    state.answer = text
+    events += synthesis_started(state)
+    events += [answer_delta(state, c) for c in fallback_chunks(text)]
+    return events + finish(state, text, now=now)

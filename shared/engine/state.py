@@ -116,6 +116,12 @@ class RunState(BaseModel):
     step_no: int = 0
     """Bumped on every persisted step; the Celery shell saves with compare-and-set on it."""
     error: str | None = None
+    priority: Literal["interactive", "batch"] = "interactive"
+    """Flow control: who gets a rate-limited model first (RunRequest.priority)."""
+    token_budget: int | None = None
+    """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
+    rate_limited_since: float | None = None
+    """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
 
 
 _ADAPTER = TypeAdapter(RunState)

@@ -23,6 +23,7 @@ from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
 from reactq.shared.engine.toolexec import execute_call
+from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookRegistry
 from reactq.shared.llm.base import LLM, ability
@@ -138,8 +139,8 @@ async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallb
             if chunk.delta_content:
                 parts.append(chunk.delta_content)
                 await io.publish([loop.answer_delta(state, chunk.delta_content)])
-    except asyncio.CancelledError:
-        raise
+    except (asyncio.CancelledError, RateLimited):
+        raise  # a wait for capacity is not a failed synthesis: the shell resumes the step
     except Exception as exc:
         log.warning("answer synthesis failed for run %s: %s", state.run_id, exc)
         return await _stream_fallback(state, io, fallback, exc)

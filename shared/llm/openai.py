@@ -143,6 +143,23 @@ def _usage_dict(usage: Any) -> dict[str, Any]:
     return out
 
 
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from a ``Retry-After`` / ``retry-after-ms`` header of an HTTP error, if any."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw is None:
+            continue
+        try:
+            return max(0.0, float(raw) * scale)
+        except ValueError:
+            continue  # an HTTP date: rare from LLM providers; treated as absent
+    return None
+
+
 @dataclass
 class _Slot:
     index: int
@@ -236,6 +253,9 @@ class OpenAILLM:
         self._extra_headers = dict(extra_headers or {})
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
             weakref.WeakKeyDictionary())
+        #: False when flow control (``reactq.shared.flow``) handles 429 / 503 for every worker:
+        #: the SDK's own per-call retry would otherwise hammer a provider that said stop.
+        self.retry_rate_limits = True
 
     def __repr__(self) -> str:
         return (f"OpenAILLM(name={self.name!r}, model={self.model!r}, base_url={self.base_url!r}, "
@@ -265,10 +285,16 @@ class OpenAILLM:
                 # Our own pool instead of the SDK's default wrapper: that wrapper's __del__
                 # schedules aclose() on whatever loop is running when it is collected, which
                 # fails noisily ("Event loop is closed") once its own loop is gone.
-                http_client=openai.DefaultAsyncHttpxClient(timeout=self.timeout),
+                http_client=openai.DefaultAsyncHttpxClient(
+                    timeout=self.timeout, event_hooks={"response": [self._no_rate_limit_retry]}),
             )
             self._clients[loop] = client
         return client
+
+    async def _no_rate_limit_retry(self, response: Any) -> None:
+        # The SDK obeys the (non-standard) `x-should-retry` header before its own rules.
+        if not self.retry_rate_limits and response.status_code in (429, 503):
+            response.headers["x-should-retry"] = "false"
 
     async def aclose(self) -> None:
         """Close the current event loop's HTTP client (optional; idempotent)."""
@@ -339,6 +365,7 @@ class OpenAILLM:
             msg = f"model {self.name!r} ({self.model} at {where}) failed: {exc}"
         err = LLMError(self._scrub(msg))
         err.status_code = status  # type: ignore[attr-defined]  # survives pickling (in __dict__)
+        err.retry_after = _retry_after(exc)  # type: ignore[attr-defined]
         return err
 
     # -- the LLM protocol -----------------------------------------------------

@@ -76,6 +76,10 @@ class ModelEntry(BaseModel):
     # "user": send tool results as user messages, for chat templates that drop `tool`
     # messages (llama.cpp's chatml-function-calling; see shared/llm/shapes.py).
     tool_results_as: Literal["tool", "user"] = "tool"
+    # Flow control, cluster-wide (reactq.shared.flow): requests / tokens per minute, calls in flight.
+    rpm: int | None = Field(None, gt=0)
+    tpm: int | None = Field(None, gt=0)
+    max_concurrency: int | None = Field(None, gt=0)
 
 
 class _RegistryFile(BaseModel):
@@ -97,6 +101,9 @@ class ModelSpec(BaseModel):
     max_tokens: int | None = None
     temperature: float | None = None
     api_key_env: str | None = None
+    rpm: int | None = None
+    tpm: int | None = None
+    max_concurrency: int | None = None
 
 
 class ModelRegistry:
@@ -218,7 +225,8 @@ def _spec(name: str, entry: ModelEntry) -> ModelSpec:
     return ModelSpec(name=name, model=entry.model, base_url=entry.base_url, roles=entry.roles,
                      abilities=entry.abilities.as_dict(), context_size=entry.context_size,
                      max_tokens=entry.max_tokens, temperature=entry.temperature,
-                     api_key_env=entry.api_key_env)
+                     api_key_env=entry.api_key_env, rpm=entry.rpm, tpm=entry.tpm,
+                     max_concurrency=entry.max_concurrency)
 
 
 def load_model_specs(path: str | Path) -> list[ModelSpec]:

@@ -1,0 +1,85 @@
+"""Flow control for batches: a batch's token budget and its cancellation.
+
+``BatchDriver`` (``dispatcher/batch.py``) calls ``BatchFlow.check`` every tick. The batch's
+spend is what its runs paid — the ``tokens_spent`` each run's LLM middleware adds up in
+the run hash (every call, retries included), read for the runs in flight with the poll
+the driver makes anyway. Once the spend reaches ``token_budget``, or the batch is
+cancelled (``POST /v1/batches/{id}/cancel``, ``reactq batch-cancel``), every line not yet
+started ends ``skipped`` with an error naming why; on cancel the runs in flight are
+cancelled too (on budget they finish). The tally's ``stopped`` says why for the summary.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.batch import BatchDriver, BatchItem
+
+SPENT_FIELD = "tokens_spent"  # the run hash field (reactq.workers.flow.SPENT_FIELD)
+
+
+def skipped_result(item: BatchItem, reason: str) -> dict[str, Any]:
+    return {"id": item.id, "line": item.line, "run_id": None, "status": "skipped", "answer": None,
+            "iterations": 0, "usage": None, "elapsed": 0.0, "error": f"skipped: batch {reason}"}
+
+
+@dataclass
+class BatchFlow:
+    spent_done: int = 0
+    """Spend of the batch's runs that ended (plus what an earlier attempt reported)."""
+    spent_live: dict[str, int] = field(default_factory=dict)
+    cancel_sent: bool = False
+
+    @property
+    def spent(self) -> int:
+        return self.spent_done + sum(self.spent_live.values())
+
+    def read_spend(self, d: Any, ids: list[str], finished: set[str]) -> None:
+        """Refresh the spend of ``ids`` (in flight at this tick; ``finished`` just ended)."""
+        pipe = d.redis.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hget(d.keys.run(rid), SPENT_FIELD)
+        for rid, raw in zip(ids, pipe.execute()):
+            n = int(raw or 0)
+            if rid in finished:
+                self.spent_done += n
+                self.spent_live.pop(rid, None)
+            else:
+                self.spent_live[rid] = n
+
+    def check(self, driver: BatchDriver, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
+        """Skip the lines not started (and cancel runs in flight) once the batch must stop."""
+        from reactq.dispatcher.batch import invalid_result
+
+        reason: str | None = None
+        if driver.cancelled is not None and driver.cancelled():
+            reason = "cancelled"
+            if not self.cancel_sent:
+                self.cancel_sent = True
+                for rid in list(inflight):
+                    driver.dispatcher.handle(rid).cancel()
+        elif driver.token_budget is not None and self.spent >= driver.token_budget:
+            reason = f"token budget reached ({self.spent} of {driver.token_budget} tokens)"
+        if reason is None or (not queue and reason != "cancelled"):
+            return
+        driver.tally.stopped = driver.tally.stopped or reason
+        skipped = 0
+        while queue:
+            item = queue.popleft()
+            skipped += item.request is not None
+            driver._report(invalid_result(item) if item.request is None else skipped_result(item, reason))
+        if skipped and reason != "cancelled":
+            _count_budget_stop(driver.dispatcher, skipped)
+
+
+def _count_budget_stop(d: Any, lines: int) -> None:
+    """``reactq_flow_budget_stops{scope="batch_line"}`` (the schema the workers write)."""
+    from reactq.shared.metrics_schema import label_field
+
+    try:
+        d.redis.hincrby(d.keys.metrics("flow_budget_stops"), label_field(["batch_line"]), lines)
+    except Exception:  # a metric never stops a batch
+        pass

@@ -1,0 +1,270 @@
+"""Flow control as middleware around an ``LLM`` (dramatiq-style): the engine never sees it.
+
+``LimitedLLM`` wraps a model of the registry. Every call — the loop's ``chat``, the
+structured-call levels, tool selection, compaction and the streamed synthesis — goes
+through it, so all of them:
+
+1. are admitted by the cluster-wide limiter (``FlowLimiter``) with their estimated tokens
+   (prompt estimate + ``max_tokens``, else ``completion_estimate``);
+2. wait in place when the start is near (≤ ``inline_wait_s``), and otherwise raise
+   ``RateLimited`` when the caller can be resumed later (``FlowScope.defer``: the Celery
+   shell gives the worker slot back and sends the step again) — or sleep (in-process);
+3. settle the reservation with the usage the provider reported, and add what was paid to
+   the run's spend (``on_spend``: the run hash, so a worker crash does not reset it);
+4. turn a provider 429 (or 503 with ``Retry-After``) into a pause of that model for every
+   worker, with the SDK's own retry of it switched off (no stampede).
+
+Who is calling is set by the shell with ``flow_scope(...)`` (a context variable): run id,
+priority, and possibly a ticket already admitted at the step boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from reactq.shared.errors import LLMError, RateLimited
+from reactq.shared.flow.limiter import Denied, FlowLimiter, Limits, Priority, Ticket
+from reactq.shared.llm.base import LLM
+from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
+
+log = logging.getLogger(__name__)
+
+#: Seconds a 429 without ``Retry-After`` pauses the model.
+DEFAULT_PAUSE_S = 1.0
+
+
+@dataclass
+class FlowScope:
+    """Who is calling: set by the shell around one step."""
+
+    run_id: str | None = None
+    priority: Priority = "interactive"
+    defer: bool = False
+    """True: a long wait raises ``RateLimited`` (the shell resumes the step later)."""
+    tickets: dict[str, Ticket] = field(default_factory=dict)
+    """Calls admitted at the step boundary, by model name; the next call uses one."""
+
+
+_scope: contextvars.ContextVar[FlowScope | None] = contextvars.ContextVar("reactq_flow", default=None)
+
+
+@contextmanager
+def flow_scope(scope: FlowScope) -> Iterator[FlowScope]:
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+
+
+def current_scope() -> FlowScope:
+    return _scope.get() or FlowScope()
+
+
+def estimate_tokens(messages: list[ChatMessage], tools: list[dict[str, Any]] | None,
+                    max_tokens: int | None, completion_estimate: int) -> int:
+    """A cheap upper-ish estimate: ≈ 4 characters a token, 4 tokens of overhead a message,
+    the tool schemas, plus the completion's ``max_tokens`` (or the configured estimate)."""
+    chars = sum(len(m.content if isinstance(m.content, str) else json.dumps(m.content or ""))
+                for m in messages)
+    chars += sum(len(json.dumps(tc.arguments)) for m in messages for tc in (m.tool_calls or []))
+    if tools:
+        chars += len(json.dumps(tools))
+    return chars // 4 + 4 * len(messages) + (max_tokens or completion_estimate)
+
+
+def paid_tokens(usage: dict[str, Any] | None) -> int | None:
+    if not usage:
+        return None
+    total = usage.get("total_tokens")
+    if total:
+        return int(total)
+    return int(usage.get("prompt_tokens") or 0) + int(usage.get("completion_tokens") or 0)
+
+
+@dataclass
+class FlowControl:
+    """Process-wide collaborators of every ``LimitedLLM``."""
+
+    limiter: FlowLimiter
+    on_spend: Callable[[str, int], None] | None = None
+    on_event: Callable[[str, dict[str, Any]], None] | None = None
+    """Metrics: ``("wait"|"provider_429"|"settle", fields)``; must never raise."""
+    completion_estimate: int = 512
+    inline_wait_s: float = 0.25
+
+    def note(self, kind: str, **fields: Any) -> None:
+        if self.on_event is not None:
+            try:
+                self.on_event(kind, fields)
+            except Exception:  # metrics never fail a call
+                log.debug("flow metric %s not recorded", kind, exc_info=True)
+
+
+def _no_sdk_rate_limit_retry(llm: Any) -> None:
+    """Switch the SDK's own 429 retry off on the client under any wrappers (metering reads
+    attributes through, so look at each object's own ``__dict__``)."""
+    obj = llm
+    while obj is not None:
+        own = vars(obj) if hasattr(obj, "__dict__") else {}
+        if "retry_rate_limits" in own:
+            obj.retry_rate_limits = False
+            return
+        obj = own.get("_inner")
+
+
+class LimitedLLM:
+    """An ``LLM`` whose calls pass the model's cluster-wide limits (see the module doc)."""
+
+    def __init__(self, inner: LLM, limits: Limits, flow: FlowControl) -> None:
+        self._inner = inner
+        self.limits = limits
+        self.flow = flow
+        self.name = inner.name
+        self.abilities = inner.abilities
+        self.context_size = inner.context_size
+        _no_sdk_rate_limit_retry(inner)
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    def __repr__(self) -> str:
+        return f"LimitedLLM({self._inner!r}, {self.limits})"
+
+    # -- admission ------------------------------------------------------------------------
+    async def admit(self, tokens: int) -> Ticket:
+        """A ticket for one call (waiting in place, or ``RateLimited`` when deferrable)."""
+        scope = current_scope()
+        pre = scope.tickets.pop(self.name, None)
+        if pre is not None:
+            await _sleep(pre.start_in)
+            return pre
+        member = scope.run_id or f"anon:{id(asyncio.current_task())}"
+        while True:
+            # One Redis round trip (≈ 0.1 ms): not worth a thread hop.
+            got = self.flow.limiter.acquire(self.name, self.limits, member=member,
+                                            priority=scope.priority, tokens=tokens)
+            if isinstance(got, Ticket):
+                await _sleep(got.start_in)
+                return got
+            self.flow.note("wait", model=self.name, priority=scope.priority, seconds=got.wait_s)
+            if scope.defer and got.wait_s > self.flow.inline_wait_s:
+                raise RateLimited(self.name, got.wait_s, got.reason)
+            await _sleep(got.wait_s)
+
+    def _settle(self, ticket: Ticket, usage: dict[str, Any] | None) -> None:
+        paid = paid_tokens(usage)
+        actual = ticket.reserved if paid is None else paid
+        try:
+            self.flow.limiter.settle(ticket, self.limits, actual, learn=paid is not None)
+        except Exception as exc:  # the lease on the slot expires by itself
+            log.warning("flow settle failed for %s: %s", self.name, exc)
+        self.flow.note("settle", model=self.name, reserved=ticket.reserved, actual=actual)
+        run_id = current_scope().run_id
+        if paid and run_id and self.flow.on_spend is not None:
+            self.flow.on_spend(run_id, paid)
+
+    def _failed(self, ticket: Ticket, exc: BaseException) -> BaseException:
+        """Free the reservation; a provider 429/503 pauses the model for everyone."""
+        try:
+            self.flow.limiter.settle(ticket, self.limits, 0, learn=False)
+        except Exception:
+            log.debug("flow settle after failure failed", exc_info=True)
+        status = getattr(exc, "status_code", None)
+        retry_after = getattr(exc, "retry_after", None)
+        if status == 429 or (status == 503 and retry_after is not None):
+            wait = retry_after if retry_after is not None else DEFAULT_PAUSE_S
+            self.flow.limiter.pause(self.name, wait)
+            self.flow.note("provider_429", model=self.name, status=status)
+            # Spread the return of everybody the pause stopped a little.
+            return RateLimited(self.name, wait + random.uniform(0, 0.05), f"provider {status}")
+        return exc
+
+    async def _retrying(self, call: Callable[[], Any], tokens: int) -> tuple[Ticket, Any]:
+        while True:
+            ticket = await self.admit(tokens)
+            try:
+                return ticket, await call()
+            except LLMError as exc:
+                err = self._failed(ticket, exc)
+                if not isinstance(err, RateLimited):
+                    raise
+                if current_scope().defer and err.wait_s > self.flow.inline_wait_s:
+                    raise err from exc
+                log.info("%s; waiting in place", err)
+                # The pause is in Redis now: admit() waits for it like every other worker.
+            except BaseException as exc:
+                self._failed(ticket, exc)
+                raise
+
+    # -- the LLM protocol ---------------------------------------------------------------------
+    async def chat(self, messages: list[ChatMessage], **kwargs: Any) -> LLMResult:
+        tokens = estimate_tokens(messages, kwargs.get("tools"), kwargs.get("max_tokens"),
+                                 self.flow.completion_estimate)
+        ticket, result = await self._retrying(lambda: self._inner.chat(messages, **kwargs), tokens)
+        self._settle(ticket, result.usage)
+        return result  # type: ignore[no-any-return]
+
+    def stream_chat(self, messages: list[ChatMessage], **kwargs: Any) -> AsyncIterator[StreamChunk]:
+        return self._stream(messages, kwargs)
+
+    async def _stream(self, messages: list[ChatMessage], kwargs: dict[str, Any]) -> AsyncIterator[StreamChunk]:
+        tokens = estimate_tokens(messages, kwargs.get("tools"), kwargs.get("max_tokens"),
+                                 self.flow.completion_estimate)
+
+        async def first() -> tuple[AsyncIterator[StreamChunk], StreamChunk | None]:
+            # The request is sent (and a 429 raised) when the first chunk is awaited.
+            it = self._inner.stream_chat(messages, **kwargs).__aiter__()
+            try:
+                return it, await it.__anext__()
+            except StopAsyncIteration:
+                return it, None
+
+        ticket, (it, chunk) = await self._retrying(first, tokens)
+        usage: dict[str, Any] | None = None
+        try:
+            while chunk is not None:
+                if chunk.usage:
+                    usage = chunk.usage
+                yield chunk
+                try:
+                    chunk = await it.__anext__()
+                except StopAsyncIteration:
+                    chunk = None
+        finally:
+            self._settle(ticket, usage)
+
+
+async def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        await asyncio.sleep(seconds)
+
+
+def admit_now(llm: LLM, tokens: int, *, member: str, priority: Priority) -> Ticket | Denied | None:
+    """For the shell's step boundary: try to admit one call of ``llm`` without waiting.
+
+    ``None`` when the model is not under flow control."""
+    if not isinstance(llm, LimitedLLM):
+        return None
+    return llm.flow.limiter.acquire(llm.name, llm.limits, member=member, priority=priority, tokens=tokens)
+
+
+def limited_registry(registry: Any, flow: FlowControl) -> Any:
+    """A copy of ``registry`` whose every model is a ``LimitedLLM`` (limits from its spec;
+    a model without limits is still wrapped: a provider 429 pauses it for every worker)."""
+    from reactq.shared.llm.registry import ModelRegistry
+
+    out = ModelRegistry()
+    for name in registry.list_models():
+        spec = registry.spec_of(name)
+        limits = Limits(rpm=spec.rpm, tpm=spec.tpm, max_concurrency=spec.max_concurrency)
+        out.register(name, LimitedLLM(registry.get(name), limits, flow), registry.roles_of(name), spec=spec)
+    return out

@@ -1,0 +1,107 @@
+"""The LLM middleware: admission, settlement, spend, provider 429s (fakeredis[lua])."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import fakeredis
+import pytest
+
+from reactq.shared.errors import LLMError, RateLimited
+from reactq.shared.flow.limiter import FlowLimiter, Limits
+from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, flow_scope
+from reactq.shared.keys import Keys
+from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
+
+USAGE = {"prompt_tokens": 30, "completion_tokens": 10, "total_tokens": 40}
+
+
+class Fake:
+    name = "m"
+    abilities: dict[str, bool] = {}
+    context_size = None
+
+    def __init__(self, fail: list[BaseException] | None = None) -> None:
+        self.fail = list(fail or [])
+        self.calls = 0
+
+    async def chat(self, messages: list[ChatMessage], **kw: Any) -> LLMResult:
+        self.calls += 1
+        if self.fail:
+            raise self.fail.pop(0)
+        return LLMResult(message=ChatMessage(role="assistant", content="ok"), usage=dict(USAGE))
+
+    def stream_chat(self, messages: list[ChatMessage], **kw: Any) -> AsyncIterator[StreamChunk]:
+        async def gen() -> AsyncIterator[StreamChunk]:
+            self.calls += 1
+            if self.fail:
+                raise self.fail.pop(0)
+            yield StreamChunk(delta_content="hi")
+            yield StreamChunk(finish_reason="stop", usage=dict(USAGE))
+        return gen()
+
+
+def _429(retry_after: float | None) -> LLMError:
+    err = LLMError("HTTP 429")
+    err.status_code = 429  # type: ignore[attr-defined]
+    err.retry_after = retry_after  # type: ignore[attr-defined]
+    return err
+
+
+@pytest.fixture
+def setup() -> tuple[FlowLimiter, dict[str, int], FlowControl]:
+    r = fakeredis.FakeRedis()
+    lim = FlowLimiter(r, Keys("t:"))
+    spent: dict[str, int] = {}
+    flow = FlowControl(limiter=lim, on_spend=lambda rid, n: spent.__setitem__(rid, spent.get(rid, 0) + n),
+                       inline_wait_s=0.25)
+    return lim, spent, flow
+
+
+MSGS = [ChatMessage(role="user", content="hello")]
+
+
+async def test_a_call_is_settled_and_paid_into_the_runs_spend(setup) -> None:
+    lim, spent, flow = setup
+    llm = LimitedLLM(Fake(), Limits(rpm=600, tpm=60_000), flow)
+    with flow_scope(FlowScope(run_id="r1")):
+        await llm.chat(MSGS)
+        chunks = [c async for c in llm.stream_chat(MSGS)]
+    assert chunks[-1].usage == USAGE
+    assert spent == {"r1": 80}
+    use = lim.usage("m")
+    assert (use["rpm_used"], use["tpm_used"], use["reserved_tokens"]) == (2, 80, 0)
+
+
+async def test_a_provider_429_pauses_the_model_and_defers_the_step(setup) -> None:
+    lim, spent, flow = setup
+    fake = Fake(fail=[_429(2.0)])
+    llm = LimitedLLM(fake, Limits(), flow)  # no limits: a 429 still pauses everyone
+    with flow_scope(FlowScope(run_id="r1", defer=True)), pytest.raises(RateLimited) as info:
+        await llm.chat(MSGS)
+    assert info.value.wait_s >= 2.0 and info.value.model == "m"
+    assert fake.calls == 1 and spent == {}
+    assert lim.usage("m")["paused_for_s"] > 1.5
+    other = LimitedLLM(Fake(), Limits(), flow)  # another worker's client for the same model
+    with flow_scope(FlowScope(run_id="r2", defer=True)), pytest.raises(RateLimited):
+        await other.chat(MSGS)
+
+
+async def test_a_short_retry_after_is_waited_out_in_place(setup) -> None:
+    lim, spent, flow = setup
+    fake = Fake(fail=[_429(0.05)])
+    llm = LimitedLLM(fake, Limits(), flow)
+    with flow_scope(FlowScope(run_id="r1", defer=True)):
+        await llm.chat(MSGS)
+    assert fake.calls == 2 and spent == {"r1": 40}
+
+
+async def test_other_errors_pass_through_and_free_the_reservation(setup) -> None:
+    lim, spent, flow = setup
+    boom = LLMError("HTTP 500")
+    boom.status_code = 500  # type: ignore[attr-defined]
+    llm = LimitedLLM(Fake(fail=[boom]), Limits(max_concurrency=1), flow)
+    with pytest.raises(LLMError):
+        await llm.chat(MSGS)
+    assert lim.usage("m")["in_flight"] == 0 and lim.usage("m")["reserved_tokens"] == 0
