@@ -12,9 +12,15 @@
 | ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run                |
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
-| ``leases``                        | zset   | workers               | none (member → expiry ms)   |
+| ``due``                           | zset   | run/DAG commits (Lua) | none (member → deadline ms) |
+|   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``: work committed and not yet
+|   finished; watchdogs resend what is past its deadline and holds no lease (workers/due.py).
+|   A cross-run structure (one per deployment), like ``runs``: not hash-tagged.
+|   Resend counts live in the owner's hash: ``run:{id}`` fields ``due_n``, ``due_n:{call}``;
+|   ``dag:{id}`` field ``due_n``.
 | ``lease:{member}``                | string | workers (SET NX PX)   | the lease TTL               |
-| ``lease:tasks``                   | hash   | workers               | none (member → task spec)   |
+| ``lease:tasks``                   | hash   | workers               | none (member → task spec of |
+|   the holder; left behind by a holder that died, which is how a crash is counted)
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events``| hash / stream | DAG tasks      | as for runs                 |
 | ``metrics:*``                     | hash   | workers               | none                        |
@@ -53,7 +59,13 @@ class Keys:
 
     @property
     def leases(self) -> str:
+        """No longer written (the ``due`` set replaced it); kept for tools that read it."""
         return f"{self.prefix}leases"
+
+    @property
+    def due(self) -> str:
+        """Work committed and not finished (zset: member → deadline ms), see workers/due.py."""
+        return f"{self.prefix}due"
 
     def lease(self, member: str) -> str:
         return f"{self.prefix}lease:{member}"

@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 
+from reactq.shared.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
@@ -38,9 +39,10 @@ redis.call('HSET', KEYS[1], 'pub_seq', last)
 return last
 """
 
-# KEYS: run hash, events, interrupts, tools ledger. ARGV: expected step_no, state, new
-# step_no, status, result ('' = none), now, ttl (0 = keep), maxlen, turn ('' = none), then
-# event triples.
+# KEYS: run hash, events, interrupts, tools ledger, due set (always the last key). ARGV:
+# expected step_no, state, new step_no, status, result ('' = none), now, ttl (0 = keep),
+# maxlen, turn ('' = none), n, run member, n (deadline, member) pairs (n = 0: the run is
+# over, remove its member), then event triples. The due write is the one write this adds.
 _COMMIT = """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
 if cur ~= tonumber(ARGV[1]) then return -1 end
@@ -48,7 +50,13 @@ redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
 local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
-for i = 10, #ARGV, 3 do
+local n = tonumber(ARGV[10])
+if n == 0 then
+  redis.call('ZREM', KEYS[#KEYS], ARGV[11])
+else
+  redis.call('ZADD', KEYS[#KEYS], unpack(ARGV, 12, 11 + 2 * n))
+end
+for i = 12 + 2 * n, #ARGV, 3 do
   local seq = tonumber(ARGV[i])
   if seq > last then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
@@ -63,8 +71,10 @@ end
 return last
 """
 
-# KEYS: run hash, runs index, idempotency key ('' = none). ARGV: run id, request, now,
-# index TTL, prune-before. Returns the existing run id for a used key, else false.
+# KEYS: run hash, runs index, idempotency key ('' = none), due set. ARGV: run id, request,
+# now, index TTL, prune-before, deadline ms, run member. Returns the existing run id for a
+# used key, else false. The run is due from the moment it exists (its first message may
+# be lost with a worker).
 _CREATE = """
 if KEYS[3] ~= '' then
   local existing = redis.call('GET', KEYS[3])
@@ -75,14 +85,22 @@ redis.call('HSET', KEYS[1], 'status', 'queued', 'request', ARGV[2], 'created_at'
            'updated_at', ARGV[3], 'step_no', 0, 'pub_seq', 0)
 redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[5])
+redis.call('ZADD', KEYS[4], ARGV[6], ARGV[7])
 return false
 """
 
-# KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
+# KEYS: fan-in set, run hash, due set. ARGV: call id, ttl, tool member, run member,
+# calls in the turn, deadline ms, the turn's step_no. Returns the set's size after adding.
+# The call is no longer due; once the turn is complete (and still current) the run is.
 _FANIN = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return redis.call('SCARD', KEYS[1])
+redis.call('ZREM', KEYS[3], ARGV[3])
+local c = redis.call('SCARD', KEYS[1])
+if c >= tonumber(ARGV[5]) and tonumber(redis.call('HGET', KEYS[2], 'step_no') or '-1') == tonumber(ARGV[7]) then
+  redis.call('ZADD', KEYS[3], ARGV[6], ARGV[4])
+end
+return c
 """
 
 
@@ -109,11 +127,13 @@ class RunStore:
     """Synchronous access to runs (workers, CLI). One instance per process is enough."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys | None = None,
-                 ttl_seconds: int = 86400, maxlen: int = 10_000) -> None:
+                 ttl_seconds: int = 86400, maxlen: int = 10_000, due_seconds: float = 5.0) -> None:
         self.r = client
         self.keys = keys or Keys()
         self.ttl = ttl_seconds
         self.maxlen = maxlen
+        # Committed work not taken up within this long is sent again (workers/due.py).
+        self.due_seconds = due_seconds
         # Idempotency keys and the run index outlive any run (queued + running + TTL).
         self._index_ttl = ttl_seconds + 7 * 86400
         self._create = client.register_script(_CREATE)
@@ -130,9 +150,10 @@ class RunStore:
         """
         now = time.time()
         keys = [self.keys.run(run_id), self.keys.runs,
-                self.keys.idem(idempotency_key) if idempotency_key is not None else ""]
+                self.keys.idem(idempotency_key) if idempotency_key is not None else "", self.keys.due]
         existing = self._create(keys=keys, args=[run_id, dumps(request), f"{now:.6f}", self._index_ttl,
-                                                 now - self._index_ttl])
+                                                 now - self._index_ttl, deadline_ms(self.due_seconds),
+                                                 run_member(run_id)])
         if existing:
             return _s(existing), False
         return run_id, True
@@ -170,8 +191,9 @@ class RunStore:
         turn = dumps(_turn(state)) if state.phase == "tools" else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
                            f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
+        args += _due_args(state, self.due_seconds)
         args += _triples(events)
-        keys = self.keys.run_keys(run_id)
+        keys = [*self.keys.run_keys(run_id), self.keys.due]
         return int(self._commit(keys=keys, args=args)) >= 0
 
     def publish(self, run_id: str, events: list[Event]) -> int:
@@ -241,14 +263,32 @@ class RunStore:
                     out[cid] = ToolOutcome.model_validate(rec["outcome"])
         return out
 
-    def fanin(self, run_id: str, step_no: int, call_id: str) -> int:
-        keys = [self.keys.run_fanin(run_id, step_no), self.keys.run(run_id)]
-        return int(self._fanin(keys=keys, args=[call_id, max(self.ttl, 3600)]))
+    def fanin(self, run_id: str, step_no: int, call_id: str, calls: int) -> int:
+        """Count ``call_id`` in; returns how many of the turn's ``calls`` are in. The call
+        stops being due and, once all are in, the run's next step is (same script)."""
+        keys = [self.keys.run_fanin(run_id, step_no), self.keys.run(run_id), self.keys.due]
+        return int(self._fanin(keys=keys, args=[call_id, max(self.ttl, 3600), tool_member(run_id, call_id),
+                                                run_member(run_id), calls, deadline_ms(self.due_seconds),
+                                                step_no]))
 
     def get_turn(self, run_id: str) -> dict[str, Any] | None:
         """The pending tool turn (what a tool task needs, without the whole history)."""
         raw = self.r.hget(self.keys.run(run_id), "turn")
         return json.loads(raw) if raw else None
+
+
+def _due_args(state: RunState, bound: float) -> list[Any]:
+    """``n, run member, (deadline, member) * n`` for the commit (see ``shared/due.py``)."""
+    member = run_member(state.run_id)
+    if state.phase == "done":
+        return [0, member]
+    due = deadline_ms(bound)
+    if state.phase != "tools":
+        return [1, member, due, member]
+    pairs: list[Any] = [now_ms() + PARKED_MS, member]
+    for call in state.pending_calls:
+        pairs += [due, tool_member(state.run_id, call.id)]
+    return [len(pairs) // 2, member, *pairs]
 
 
 def _triples(events: list[Event]) -> list[Any]:

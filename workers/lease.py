@@ -1,16 +1,18 @@
-"""Leases: recover a crashed step in seconds, without waiting for the broker.
+"""Leases: who is running a step right now, so that nobody else runs it at the same time.
 
 A task holds ``lease:{member}`` (``SET NX PX``) while it runs and refreshes it every
-``ttl / 3``; the member also sits in the ``leases`` sorted set (score = expiry, ms) with
-the task's name and arguments in ``lease:tasks``. Every worker runs a watchdog thread that
-looks for expired members and sends their task again. A second delivery of a step whose
-lease is alive backs off (returns at once); the step's own idempotency (compare-and-set on
-``step_no``, the tool ledger) makes a late duplicate harmless.
+``ttl / 3``; the holder's task spec sits in ``lease:tasks`` while it holds the lease and is
+left there if the holder dies (how a crash is counted, ``workers/due.py``). A second
+delivery of a step whose lease is alive backs off (returns at once); the step's own
+idempotency (compare-and-set on ``step_no``, the tool ledger) makes a late duplicate
+harmless. What brings a step back after its holder died, or after its message was lost
+before any task took the lease, is the durable ``due`` record and its watchdog
+(``workers/due.py``): a lease only says "taken, and alive".
 
 Cost per task (it is paid on every step): taking a lease is one round trip (a Lua script
-sets the key and registers the member and its task together) and releasing it another;
-one heartbeat thread per process renews every lease the process holds, in one pipelined
-round trip every ``ttl / 3``, instead of a thread started per task.
+sets the key and records the holder together) and releasing it another; one heartbeat
+thread per process renews every lease the process holds, in one pipelined round trip every
+``ttl / 3``, instead of a thread started per task.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,11 +32,13 @@ from reactq.shared.keys import Keys
 
 log = logging.getLogger(__name__)
 
-# KEYS: lease key, leases zset, lease:tasks hash. ARGV: token, ttl ms, expiry ms, member, spec.
+# KEYS: lease key, (unused), lease:tasks hash. ARGV: token, ttl ms, (unused), member, spec.
+# Returns 0 (held by someone else), 1 (taken), 2 (taken over from a holder that died: its
+# record was still there, and nobody had counted that death yet).
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+  local orphan = redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) == 0
+  if orphan then return 2 end
   return 1
 end
 return 0
@@ -43,7 +47,6 @@ return 0
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[2])
   redis.call('HDEL', KEYS[3], ARGV[2])
   return 1
 end
@@ -53,29 +56,9 @@ return 0
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
   return 1
 end
 return 0
-"""
-
-# Claim expired members for resending: push their expiry forward so only one watchdog
-# resends each. KEYS: leases zset, lease:tasks hash. ARGV: now ms, grace ms, prefix.
-_CLAIM = """
-local out = {}
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
-for _, m in ipairs(expired) do
-  if redis.call('EXISTS', ARGV[3] .. m) == 0 then
-    local spec = redis.call('HGET', KEYS[2], m)
-    if spec then
-      redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), m)
-      table.insert(out, spec)
-    else
-      redis.call('ZREM', KEYS[1], m)
-    end
-  end
-end
-return out
 """
 
 
@@ -89,10 +72,10 @@ class Leases:
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
-        self._claim = client.register_script(_CLAIM)
         self._held: dict[str, tuple[str, str]] = {}  # token → (lease key, member)
         self._held_lock = threading.Lock()
         self._beat: threading.Thread | None = None
+        self._local = threading.local()
 
     @contextmanager
     def hold(self, member: str, task: str, args: list[Any], queue: str,
@@ -108,12 +91,13 @@ class Leases:
         deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
         spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
         lease_keys = [key, self.keys.leases, self.keys.lease_tasks]
-        while not self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
-                                                       member, spec]):
+        while not (got := int(self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
+                                                                    member, spec]))):
             if time.monotonic() >= deadline:
                 yield False
                 return
             time.sleep(0.005)
+        self._local.took_over = got == 2
         with self._held_lock:
             self._held[token] = (key, member)
             if self._beat is None or not self._beat.is_alive():
@@ -126,6 +110,10 @@ class Leases:
             with self._held_lock:
                 self._held.pop(token, None)
             self._release(keys=lease_keys, args=[token, member])
+
+    def took_over(self) -> bool:
+        """Whether this thread's last lease was taken over from a holder that died."""
+        return bool(getattr(self._local, "took_over", False))
 
     def alive(self, member: str) -> bool:
         return bool(self.r.exists(self.keys.lease(member)))
@@ -148,34 +136,6 @@ class Leases:
                 pipe.execute()
             except redis.RedisError:  # a blip: the next beat tries again
                 log.warning("lease heartbeat failed for %s", ", ".join(m for _, (_, m) in held))
-
-    def claim_expired(self) -> list[dict[str, Any]]:
-        """Specs of tasks whose holder died; each is returned to one caller only."""
-        grace = self.ttl_ms * 3
-        raw = self._claim(keys=[self.keys.leases, self.keys.lease_tasks],
-                          args=[_now_ms(), grace, self.keys.lease("")])
-        return [json.loads(s) for s in raw]
-
-
-class Watchdog(threading.Thread):
-    """Resends tasks whose lease expired; one per worker process."""
-
-    def __init__(self, leases: Leases, send: Callable[[str, list[Any], str], None],
-                 interval: float = 1.0) -> None:
-        super().__init__(daemon=True, name="reactq-watchdog")
-        self.leases = leases
-        self.send = send
-        self.interval = interval
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                for spec in self.leases.claim_expired():
-                    log.warning("resuming %s%s: its worker stopped", spec["task"], spec["args"])
-                    self.send(spec["task"], spec["args"], spec["queue"])
-            except Exception:  # keep watching whatever happens
-                log.exception("watchdog pass failed")
 
 
 def _now_ms() -> int:
