@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration bench install install-local clean down
+.PHONY: demo test test-unit test-integration test-rabbitmq faults bench install install-local clean down
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -32,6 +32,14 @@ demo: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# The RabbitMQ tier (skipped with a reason when RabbitMQ is unreachable).
+test-rabbitmq: install
+	$(BIN)/python -m pytest -q -m rabbitmq tests/integration
+
+# The fault suite (bounded; one JSON line of figures): `make faults` or `make faults F=soak`.
+faults: install
+	$(BIN)/python -m bench.faults $(F)
 
 down:
 	-$(BIN)/reactq down

@@ -4,22 +4,28 @@ Off unless ``REACTQ_FAULT_POINTS`` is set (comma-separated ``point`` or ``point:
 ``before_lease:reactq.tool,after_commit``). The first process to reach a listed point
 creates ``REACTQ_FAULT_FILE`` (exclusively, holding its pid) and stops itself with SIGSTOP;
 the test then kills it with -9. Any later arrival (another worker, the resend) goes on:
-each point fires once per file. Points: ``before_lease`` (a task received its message and
+each point fires once per file. ``REACTQ_FAULT_SKIP=N`` lets the first N arrivals in
+a process pass (e.g. 1 to stop at a run's second iterate, the fan-in). Points: ``before_lease`` (a task received its message and
 has not taken its lease), ``after_commit`` (a step is saved, its successor not yet sent).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 
 _POINTS = {p.strip() for p in os.environ.get("REACTQ_FAULT_POINTS", "").split(",") if p.strip()}
 _FILE = os.environ.get("REACTQ_FAULT_FILE", "")
+_SKIP = int(os.environ.get("REACTQ_FAULT_SKIP", "0") or 0)
+_arrivals = itertools.count()
 
 
 def point(name: str, task: str = "") -> None:
     """Stop here if the test asked for it (a no-op in production: one set lookup)."""
     if not _POINTS or not _FILE or (name not in _POINTS and f"{name}:{task}" not in _POINTS):
+        return
+    if next(_arrivals) < _SKIP:
         return
     try:
         fd = os.open(_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
