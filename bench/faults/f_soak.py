@@ -41,6 +41,7 @@ DRAIN_S = 180.0
 def run(runs: int = RUNS, kills: int = KILLS, seed: int = 18) -> dict[str, Any]:
     rnd = random.Random(seed)
     with Cluster() as c:
+        print(f"soak: logs in {c.tmp}", flush=True)
         c.start_workers(WorkerSpec(count=4, pool="threads", concurrency=4))
         from reactq.dispatcher.client import Dispatcher
 
@@ -137,6 +138,7 @@ def _figures(r: redis.Redis, d: Any, ids: list[str], tag: str, runs: int) -> dic
     statuses: Counter[str] = Counter()
     crash_limited = dup_seqs = resume_gaps = 0
     slowest = 0.0
+    where: dict[str, Any] = {}
     for rid in ids:
         st = r.hget(d.keys.run(rid), "status")
         statuses[st.decode() if st else "missing"] += 1
@@ -146,18 +148,28 @@ def _figures(r: redis.Redis, d: Any, ids: list[str], tag: str, runs: int) -> dic
         kinds = [json.loads(f[b"data"]).get("kind") for _, f in entries if f[b"event"] == b"error"]
         crash_limited += int("task_crashed" in kinds or "tool_crashed" in kinds)
         stamps = [int(i.split(b"-")[0]) / 1000 for i, _ in entries]
-        for a, b in zip(stamps, stamps[1:]):
+        for k, (a, b) in enumerate(zip(stamps, stamps[1:])):
             gap = b - a
-            slowest = max(slowest, gap)
             resume_gaps += int(gap > 1.5)
+            if gap > slowest:
+                slowest = gap
+                where = {"run": rid, "after": _describe(entries[k][1]),
+                         "before": _describe(entries[k + 1][1]), "at": a}
     tallies = [int(v) for k in r.scan_iter(match=f"bench:tally:{tag}.*", count=1000)
                if (v := r.get(k)) is not None]
     return {"succeeded": statuses.get("succeeded", 0), "failed": statuses.get("failed", 0),
             "crash_limited": crash_limited, "slowest_resume_s": round(slowest, 2),
-            "resume_gaps": resume_gaps, "duplicate_seqs": dup_seqs,
+            "resume_gaps": resume_gaps, "duplicate_seqs": dup_seqs, "slowest_where": where,
             "tool_calls": runs * 3 * 2, "tool_calls_run": len(tallies),
             "tool_reruns": sum(t - 1 for t in tallies),
             "due_left": r.zcard(d.keys.due)}
+
+
+def _describe(fields: dict[bytes, bytes]) -> str:
+    data = json.loads(fields[b"data"])
+    parts = [fields[b"event"].decode(), str(data.get("type") or data.get("kind") or ""),
+             str(data.get("status") or "")]
+    return "/".join(p for p in parts if p)
 
 
 if __name__ == "__main__":
