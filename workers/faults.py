@@ -1,12 +1,19 @@
-"""Test-only fault points: stop a worker at a chosen moment so a test can kill it there.
+"""Test-only fault points: stop or kill a worker at a chosen moment.
 
 Off unless ``REACTQ_FAULT_POINTS`` is set (comma-separated ``point`` or ``point:task``, e.g.
-``before_lease:reactq.tool,after_commit``). The first process to reach a listed point
-creates ``REACTQ_FAULT_FILE`` (exclusively, holding its pid) and stops itself with SIGSTOP;
-the test then kills it with -9. Any later arrival (another worker, the resend) goes on:
-each point fires once per file. ``REACTQ_FAULT_SKIP=N`` lets the first N arrivals in
-a process pass (e.g. 1 to stop at a run's second iterate, the fan-in). Points: ``before_lease`` (a task received its message and
-has not taken its lease), ``after_commit`` (a step is saved, its successor not yet sent).
+``before_lease:reactq.tool,after_commit``); production pays one set lookup per point.
+
+* ``REACTQ_FAULT_ACTION=stop`` (default): the first process to reach a listed point creates
+  ``REACTQ_FAULT_FILE`` (exclusively, holding its pid) and stops itself with SIGSTOP; the
+  test then kills it with -9. Any later arrival (another worker, the resend) goes on: each
+  point fires once per file. ``REACTQ_FAULT_SKIP=N`` lets the first N arrivals in a process
+  pass (e.g. 1 to stop at a run's second iterate, the fan-in).
+* ``REACTQ_FAULT_ACTION=kill``: every arrival kills its own process with SIGKILL (a poison
+  pill), optionally only for ``REACTQ_FAULT_KEY`` (a run id).
+
+Points: ``before_lease`` (a task received its message and has not taken its lease),
+``in_lease`` (a run's task holds its lease, before its step), ``after_commit`` (a step is
+saved, its successor not yet sent).
 """
 
 from __future__ import annotations
@@ -18,14 +25,20 @@ import signal
 _POINTS = {p.strip() for p in os.environ.get("REACTQ_FAULT_POINTS", "").split(",") if p.strip()}
 _FILE = os.environ.get("REACTQ_FAULT_FILE", "")
 _SKIP = int(os.environ.get("REACTQ_FAULT_SKIP", "0") or 0)
+_ACTION = os.environ.get("REACTQ_FAULT_ACTION", "stop")
+_KEY = os.environ.get("REACTQ_FAULT_KEY", "")
 _arrivals = itertools.count()
 
 
-def point(name: str, task: str = "") -> None:
-    """Stop here if the test asked for it (a no-op in production: one set lookup)."""
-    if not _POINTS or not _FILE or (name not in _POINTS and f"{name}:{task}" not in _POINTS):
+def point(name: str, task: str = "", key: str = "") -> None:
+    """Stop (or die) here if the test asked for it."""
+    if not _POINTS or (name not in _POINTS and f"{name}:{task}" not in _POINTS):
         return
-    if next(_arrivals) < _SKIP:
+    if _KEY and key != _KEY:
+        return
+    if _ACTION == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if not _FILE or next(_arrivals) < _SKIP:
         return
     try:
         fd = os.open(_FILE, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)

@@ -40,6 +40,7 @@ def iterate(run_id: str, step_no: int | None = None) -> None:
     faults.point("before_lease", "reactq.iterate")
     with rt.leases.hold(f"run:{run_id}", "reactq.iterate", [run_id, None], drive.RUNS) as held:
         if held and not _run_crashed_too_often(rt, run_id):
+            faults.point("in_lease", "reactq.iterate", run_id)
             drive.iterate(rt, run_id, step_no, send)
 
 

@@ -2,9 +2,9 @@
 
 Four worker processes (threads pool × 4) on the Redis broker; runs of 4 turns (3 tool
 turns of 2 ``tally`` calls, then the answer, each LLM reply 0.3 s late) are submitted with
-at most ``INFLIGHT`` in flight. Every 0.5–1.5 s a worker that has been up for 3 s or more
-is killed with -9 and a new one started in its place, until both ``RUNS`` runs were
-submitted and ``KILLS`` kills done;
+at most ``INFLIGHT`` in flight. Every 0.5–1.5 s a worker that has been ready for 1 s or
+more (its watchdog runs) is killed with -9 and a new one started in its place, until both
+``RUNS`` runs were submitted and ``KILLS`` kills done;
 then the workers are left alone and every run must end. Default settings: lease 3 s,
 grace 2 s.
 
@@ -43,6 +43,8 @@ def run(runs: int = RUNS, kills: int = KILLS, seed: int = 18) -> dict[str, Any]:
     with Cluster() as c:
         print(f"soak: logs in {c.tmp}", flush=True)
         c.start_workers(WorkerSpec(count=4, pool="threads", concurrency=4))
+        for w in c.workers:  # started by the bench app: ready since start_workers returned
+            c.redis().set(f"bench:soak:ready:{w.name}", time.time() - 10)
         from reactq.dispatcher.client import Dispatcher
 
         d = Dispatcher(c.settings())
@@ -71,7 +73,6 @@ def _submit_under_kills(c: Cluster, d: Any, r: redis.Redis, scenarios: list[Scen
     ids: list[str] = []
     inflight: set[str] = set()
     killed = 0
-    born = {w.name: time.monotonic() - 10 for w in c.workers}
     next_kill = time.monotonic() + 1.0
     while todo or killed < kills:
         if inflight:
@@ -88,16 +89,17 @@ def _submit_under_kills(c: Cluster, d: Any, r: redis.Redis, scenarios: list[Scen
             ids.append(h.run_id)
             inflight.add(h.run_id)
         if time.monotonic() >= next_kill and killed < kills:
-            grown = [w for w in c.workers if time.monotonic() - born.get(w.name, 0) >= 3.0]
+            marks = r.mget([f"bench:soak:ready:{w.name}" for w in c.workers])
+            grown = [w for w, m in zip(c.workers, marks) if m and time.time() - float(m) >= 1.0]
             if grown:
-                born[_kill_and_replace(c, rnd.choice(grown))] = time.monotonic()
+                _kill_and_replace(c, rnd.choice(grown))
                 killed += 1
                 next_kill = time.monotonic() + rnd.uniform(0.5, 1.5)
         time.sleep(0.05)
     return ids, killed
 
 
-def _kill_and_replace(c: Cluster, victim: Worker) -> str:
+def _kill_and_replace(c: Cluster, victim: Worker) -> None:
     """kill -9 one worker (process group) and start another in its place (not waited for)."""
     import os
     import signal
@@ -112,13 +114,12 @@ def _kill_and_replace(c: Cluster, victim: Worker) -> str:
     c.workers.remove(victim)
     name = f"soak-{uuid.uuid4().hex[:6]}"
     log = c.tmp / f"{name}.log"
-    cmd = [sys.executable, "-m", "celery", "-A", "bench.celeryapp", "worker", "-Q", QUEUES,
+    cmd = [sys.executable, "-m", "celery", "-A", "bench.faults.soakapp", "worker", "-Q", QUEUES,
            "--pool", "threads", "-c", "4", "-n", f"{name}@%h", "--without-mingle",
            "--without-gossip", "-l", "WARNING"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=c.worker_env({}), stdout=log.open("wb"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     c.workers.append(Worker(name, proc, log))
-    return name
 
 
 def _drain(r: redis.Redis, d: Any, ids: list[str], timeout: float) -> list[str]:

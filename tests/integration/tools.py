@@ -53,5 +53,20 @@ slow = Tool(name="slow", description="Sleeps, then reports (records where it ran
 once = Tool(name="charge_card", description="A non-idempotent action (records each run).",
             args_model=SlowArgs, fn=_once, idempotent=False)
 
+class DieArgs(BaseModel):
+    reason: str = Field("", description="why")
+
+
+def _die(reason: str = "") -> str:
+    """A poison pill: kills the process that runs it (kill -9 of its worker)."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+die = Tool(name="die", description="Kills its worker (tests of the crash limit).",
+           args_model=DieArgs, fn=_die)
+
 # default_registry adds these to the built-in tools.
-TOOLS = [slow, once]
+TOOLS = [slow, once, die]
