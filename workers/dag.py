@@ -185,6 +185,7 @@ def give_up(ctx: DagContext, dag_id: str, crashes: int) -> None:
         live = _live(ctx, dag_id) if held else None
         if live is not None:
             rec, state = live
+            state.seq = max(state.seq, rec.pub_seq)  # after what the crashed task published
             text = (f"The DAG's next task was not run again: the worker running it stopped "
                     f"{crashes} times (REACTQ_MAX_TASK_CRASHES={ctx.rt.settings.max_task_crashes}).")
             ctx.save(state, rec.version, M.fail(state, text, ctx.env(), kind="task_crashed"))

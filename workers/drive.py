@@ -238,6 +238,10 @@ def end_crashed_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
     if rec.status in ("succeeded", "failed", "cancelled"):
         return
     state = rec.state or _initial_state(rt, rec)
+    # The crashed step may have published live events (``thinking`` start, answer deltas)
+    # past the saved state; they stay published, and the ending follows them (else its
+    # seqs would be skipped as already published and the run would end without ``done``).
+    state.seq = max(state.seq, rec.pub_seq)
     events = loop.fail(state, _crash_text("The run's next step", crashes, rt), now=time.time(),
                        kind="task_crashed")
     _commit(rt, state, rec.step_no, events, send)

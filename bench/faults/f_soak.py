@@ -137,12 +137,16 @@ def _drain(r: redis.Redis, d: Any, ids: list[str], timeout: float) -> list[str]:
 
 def _figures(r: redis.Redis, d: Any, ids: list[str], tag: str, runs: int) -> dict[str, Any]:
     statuses: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
     crash_limited = dup_seqs = resume_gaps = 0
     slowest = 0.0
     where: dict[str, Any] = {}
     for rid in ids:
         st = r.hget(d.keys.run(rid), "status")
         statuses[st.decode() if st else "missing"] += 1
+        if st == b"failed":
+            res = json.loads(r.hget(d.keys.run(rid), "result") or b"{}")
+            errors[str(res.get("error"))[:160]] += 1
         entries = r.xrange(d.keys.run_events(rid))
         seqs = [json.loads(f[b"data"])["seq"] for _, f in entries]
         dup_seqs += len(seqs) - len(set(seqs))
@@ -159,7 +163,7 @@ def _figures(r: redis.Redis, d: Any, ids: list[str], tag: str, runs: int) -> dic
     tallies = [int(v) for k in r.scan_iter(match=f"bench:tally:{tag}.*", count=1000)
                if (v := r.get(k)) is not None]
     return {"succeeded": statuses.get("succeeded", 0), "failed": statuses.get("failed", 0),
-            "crash_limited": crash_limited, "slowest_resume_s": round(slowest, 2),
+            "crash_limited": crash_limited, "failures": dict(errors.most_common(3)), "slowest_resume_s": round(slowest, 2),
             "resume_gaps": resume_gaps, "duplicate_seqs": dup_seqs, "slowest_where": where,
             "tool_calls": runs * 3 * 2, "tool_calls_run": len(tallies),
             "tool_reruns": sum(t - 1 for t in tallies),

@@ -87,6 +87,10 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
     rid, _ = rt.store.create("d3", {"query": "q"})
     st = _state(rid)
     assert rt.store.commit(rid, st, 0, loop.begin_turn(st))
+    # The step that keeps crashing published live events past the saved state first.
+    live = st.model_copy(deep=True)
+    rt.store.publish(rid, [loop.emit(live, "step", type="thinking", status="start", iteration=1),
+                           loop.emit(live, "phase", phase="x")])
     for crash in range(2):
         # A holder took the lease and died: its record stays, its key expires.
         rt.redis.hset(rt.keys.lease_tasks, "run:d3", '{"task": "reactq.iterate"}')
@@ -96,6 +100,7 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
     rec = rt.store.load(rid)
     assert rec.status == "failed"
     events = [e for _, e in rt.store.read_events(rid)]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert [e.channel for e in events][-2:] == ["error", "done"]
     assert events[-2].data["kind"] == "task_crashed"
     assert _due(rt) == {}
