@@ -43,12 +43,13 @@ log = logging.getLogger(__name__)
 Send = Callable[[str, list[Any], str], None]
 
 # KEYS: due set, lease:tasks. ARGV: now ms, recheck ms, lease key prefix, bound ms, limit.
-# Returns (member, died) pairs of claimed members.
+# Returns (member, died, deadline) triples of claimed members.
 _CLAIM = """
 local out = {}
 local now = tonumber(ARGV[1])
 local items = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[5]))
 for _, m in ipairs(items) do
+  local deadline = redis.call('ZSCORE', KEYS[1], m)
   local pttl = redis.call('PTTL', ARGV[3] .. m)
   if pttl > 0 or pttl == -1 then
     redis.call('ZADD', KEYS[1], now + math.max(pttl, 0) + tonumber(ARGV[2]), m)
@@ -56,6 +57,7 @@ for _, m in ipairs(items) do
     redis.call('ZADD', KEYS[1], now + tonumber(ARGV[4]), m)
     table.insert(out, m)
     table.insert(out, redis.call('HDEL', KEYS[2], m))
+    table.insert(out, deadline)
   end
 end
 return out
@@ -111,19 +113,23 @@ class DueWatchdog(threading.Thread):
             except Exception:  # keep watching whatever happens (a Redis outage, a bug)
                 log.exception("due watchdog pass failed")
 
-    def claim(self) -> list[tuple[str, bool]]:
+    def claim(self) -> list[tuple[str, bool, float]]:
+        """``(member, died, seconds past its deadline)`` of the members claimed now."""
         s = self.rt.settings
+        now = now_ms()
         raw = self._claim(keys=[self.rt.keys.due, self.rt.keys.lease_tasks],
-                          args=[now_ms(), 100, self.rt.keys.lease(""), int(s.due_seconds * 1000),
+                          args=[now, 100, self.rt.keys.lease(""), int(s.due_seconds * 1000),
                                 self.limit])
-        pairs = [(_s(raw[i]), bool(int(raw[i + 1]))) for i in range(0, len(raw), 2)]
-        return pairs
+        return [(_s(raw[i]), bool(int(raw[i + 1])), (now - float(raw[i + 2])) / 1000)
+                for i in range(0, len(raw), 3)]
 
     def tick(self) -> int:
         """One pass; returns how many members it claimed."""
         claimed = self.claim()
-        for member, died in claimed:
+        for member, died, late in claimed:
             try:
+                log.warning("due: %s%s, %.2f s past its deadline", member,
+                            " (its holder died)" if died else "", late)
                 self.handle(member, died)
             except redis.RedisError:
                 raise
@@ -159,7 +165,7 @@ class DueWatchdog(threading.Thread):
             log.error("run %s: step %s stopped %s times; ending the run", m.owner, rec.step_no, crashes)
             drive.give_up_run(self.rt, m.owner, crashes, self.send)
             return
-        log.warning("resending run %s step %s%s", m.owner, rec.step_no, " (its worker died)" if died else "")
+        log.info("resending run %s step %s%s", m.owner, rec.step_no, " (its worker died)" if died else "")
         self.send(drive.ITERATE, [m.owner, rec.step_no], drive.RUNS)
 
     def _tool(self, member: str, m: Member, died: bool) -> None:
@@ -175,7 +181,7 @@ class DueWatchdog(threading.Thread):
             log.error("run %s: tool call %s stopped %s times; not sent again", m.owner, m.call_id, crashes)
             drive.give_up_tool(self.rt, m.owner, step_no, call, crashes, self.send)
             return
-        log.warning("resending tool call %s of run %s%s", m.call_id, m.owner,
+        log.info("resending tool call %s of run %s%s", m.call_id, m.owner,
                     " (its worker died)" if died else "")
         self.send(drive.TOOL, [m.owner, step_no, m.call_id, call.name], drive.TOOLS)
 
@@ -195,7 +201,7 @@ class DueWatchdog(threading.Thread):
         if crashes >= self.crashes.limit and rec.state is not None:
             dag_tasks.give_up(ctx, m.owner, crashes)
             return
-        log.warning("resending DAG %s%s", m.owner, " (its worker died)" if died else "")
+        log.info("resending DAG %s%s", m.owner, " (its worker died)" if died else "")
         dag_tasks.send(dag_tasks.RESUME, [m.owner])
 
 

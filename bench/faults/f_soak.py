@@ -3,12 +3,14 @@
 Four worker processes (threads pool × 4) on the Redis broker; runs of 4 turns (3 tool
 turns of 2 ``tally`` calls, then the answer, each LLM reply 0.3 s late) are submitted with
 at most ``INFLIGHT`` in flight. Every 0.5–1.5 s a worker that has been ready for 1 s or
-more (its watchdog runs) is killed with -9 and a new one started in its place, until both
+more (its watchdog runs) is killed with -9 and a new one started in its place, as long as
+another ready worker remains (else the kill waits), until both
 ``RUNS`` runs were submitted and ``KILLS`` kills done;
 then the workers are left alone and every run must end. Default settings: lease 3 s,
 grace 2 s.
 
-Figures: ``runs``, ``kills``, ``stalled`` (not terminal at the end: must be 0),
+Figures: ``runs``, ``kills``, ``resends`` (by the watchdogs; ``resend_late_*_s``: how
+long after its deadline each was sent — the watchdog's own delay, from the workers' logs), ``stalled`` (not terminal at the end: must be 0),
 ``succeeded`` / ``failed`` (``crash_limited``: ended by the crash limit), ``slowest_resume_s``
 (the longest gap between two consecutive events of one run: a kill shows as a gap of
 about the lease + grace; ``resume_gaps`` counts gaps > 1.5 s), ``duplicate_seqs`` (must be 0),
@@ -58,6 +60,7 @@ def run(runs: int = RUNS, kills: int = KILLS, seed: int = 18) -> dict[str, Any]:
         left = _drain(r, d, ids, DRAIN_S)
         wall = time.monotonic() - started
         figures = _figures(r, d, ids, tag, runs)
+        figures.update(_watchdog_figures(c))
         figures.update(runs=len(ids), kills=killed, stalled=len(left),
                        stalled_ids=left[:5], wall_s=round(wall, 1),
                        drain_s=round(time.monotonic() - end_kills, 1),
@@ -91,7 +94,9 @@ def _submit_under_kills(c: Cluster, d: Any, r: redis.Redis, scenarios: list[Scen
         if time.monotonic() >= next_kill and killed < kills:
             marks = r.mget([f"bench:soak:ready:{w.name}" for w in c.workers])
             grown = [w for w, m in zip(c.workers, marks) if m and time.time() - float(m) >= 1.0]
-            if grown:
+            # Never the last ready worker: on a loaded machine a new worker takes seconds to
+            # start, and a fleet with no worker up measures restarts, not recovery.
+            if len(grown) >= 2:
                 _kill_and_replace(c, rnd.choice(grown))
                 killed += 1
                 next_kill = time.monotonic() + rnd.uniform(0.5, 1.5)
@@ -168,6 +173,21 @@ def _figures(r: redis.Redis, d: Any, ids: list[str], tag: str, runs: int) -> dic
             "tool_calls": runs * 3 * 2, "tool_calls_run": len(tallies),
             "tool_reruns": sum(t - 1 for t in tallies),
             "due_left": r.zcard(d.keys.due)}
+
+
+def _watchdog_figures(c: Cluster) -> dict[str, Any]:
+    """From the workers' logs: how many resends, how late each was past its deadline (a
+    deadline is the commit + bound, or the moment a dead holder's lease could lapse)."""
+    import re
+
+    late = []
+    for path in c.tmp.glob("*.log"):
+        for m in re.finditer(r"due: \S+( \(its holder died\))?, ([0-9.]+) s past", path.read_text(errors="replace")):
+            late.append((float(m.group(2)), bool(m.group(1))))
+    lat = sorted(x for x, _ in late)
+    return {"resends": len(lat), "resends_after_holder_died": sum(1 for _, d in late if d),
+            "resend_late_p50_s": round(lat[len(lat) // 2], 2) if lat else None,
+            "resend_late_max_s": round(lat[-1], 2) if lat else None}
 
 
 def _describe(fields: dict[bytes, bytes]) -> str:
