@@ -21,6 +21,8 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import threading
+import time
 
 _POINTS = {p.strip() for p in os.environ.get("REACTQ_FAULT_POINTS", "").split(",") if p.strip()}
 _FILE = os.environ.get("REACTQ_FAULT_FILE", "")
@@ -46,4 +48,9 @@ def point(name: str, task: str = "", key: str = "") -> None:
         return
     os.write(fd, f"{os.getpid()} {name} {task}".encode())
     os.close(fd)
-    os.kill(os.getpid(), signal.SIGSTOP)
+    # Stop at this very line: a SIGSTOP sent to the process may be taken by another thread
+    # first, and this one would run on for a moment (far enough to take the lease). Sent to
+    # this thread, it stops here; the sleep is a second guard (nothing past it runs).
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+    while True:
+        time.sleep(60)
