@@ -8,6 +8,9 @@ Off unless ``REACTQ_FAULT_POINTS`` is set (comma-separated ``point`` or ``point:
   test then kills it with -9. Any later arrival (another worker, the resend) goes on: each
   point fires once per file. ``REACTQ_FAULT_SKIP=N`` lets the first N arrivals in a process
   pass (e.g. 1 to stop at a run's second iterate, the fan-in).
+* ``REACTQ_FAULT_ACTION=raise``: as ``stop``, but the first arrival raises instead (the
+  task fails there and releases its lease normally: e.g. a step committed whose successor
+  could not be sent).
 * ``REACTQ_FAULT_ACTION=kill``: every arrival kills its own process with SIGKILL (a poison
   pill), optionally only for ``REACTQ_FAULT_KEY`` (a run id).
 
@@ -32,6 +35,10 @@ _KEY = os.environ.get("REACTQ_FAULT_KEY", "")
 _arrivals = itertools.count()
 
 
+class FaultInjected(RuntimeError):
+    """Raised at a fault point with ``REACTQ_FAULT_ACTION=raise`` (e.g. a send that fails)."""
+
+
 def point(name: str, task: str = "", key: str = "") -> None:
     """Stop (or die) here if the test asked for it."""
     if not _POINTS or (name not in _POINTS and f"{name}:{task}" not in _POINTS):
@@ -48,6 +55,8 @@ def point(name: str, task: str = "", key: str = "") -> None:
         return
     os.write(fd, f"{os.getpid()} {name} {task}".encode())
     os.close(fd)
+    if _ACTION == "raise":
+        raise FaultInjected(f"fault point {name} {task}".strip())
     # Stop at this very line: a SIGSTOP sent to the process may be taken by another thread
     # first, and this one would run on for a moment (far enough to take the lease). Sent to
     # this thread, it stops here; the sleep is a second guard (nothing past it runs).

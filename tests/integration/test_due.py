@@ -104,3 +104,13 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
     assert [e.channel for e in events][-2:] == ["error", "done"]
     assert events[-2].data["kind"] == "task_crashed"
     assert _due(rt) == {}
+
+
+def test_a_dag_is_due_from_its_creation(rt: Runtime) -> None:
+    """A DAG's first driving message (``reactq.dag.start``) is covered like a run's."""
+    from reactq.shared.dag.store import DagStore
+
+    dags = DagStore(rt.redis, keys=rt.keys, due_seconds=rt.settings.due_seconds)
+    dags.create("g1", {"goal": "g"})
+    due = _due(rt)
+    assert set(due) == {"dag:g1"} and due["dag:g1"] <= (time.time() + 1) * 1000

@@ -183,3 +183,38 @@ def test_on_rabbitmq_every_worker_killed_during_an_llm_call_still_finishes_the_r
         _check_events(d, h.run_id)
     finally:
         factory.stop_all()
+
+
+@pytest.mark.parametrize("broker", ["redis", pytest.param("rabbitmq", marks=pytest.mark.rabbitmq)])
+def test_a_step_committed_whose_successor_was_never_sent_still_resumes(
+        own_redis: str, llm: LLMFixture, tmp_path: Path, broker: str,
+        request: pytest.FixtureRequest) -> None:
+    """The task commits, then fails before sending what comes next (here: it raises at the
+    fault point; in issue 10 a worker lost its broker) and releases its lease normally: no
+    lease is left to expire, only the due record says the tool calls are owed."""
+    r = redis.Redis.from_url(own_redis)
+    r.flushdb()
+    broker_url = request.getfixturevalue("rabbit_vhost") if broker == "rabbitmq" else None
+    marker = tmp_path / "raised"
+    env = {"REACTQ_DUE_GRACE_SECONDS": str(GRACE), "REACTQ_FAULT_POINTS": "after_commit",
+           "REACTQ_FAULT_ACTION": "raise", "REACTQ_FAULT_FILE": str(marker)}
+    if broker_url:
+        env["REACTQ_BROKER_URL"] = broker_url
+    factory = WorkerFactory(own_redis, llm, tmp_path)
+    try:
+        factory.start("unlucky", concurrency=2, **env)
+        d = Dispatcher(_settings(own_redis, llm, broker=broker_url))
+        tag = uuid.uuid4().hex[:8]
+        q = llm.script(llm.unique(f"send lost on {broker}"), [
+            reply_tool_calls([("c1", "slow", {"tag": tag, "seconds": 0.0})]),
+            reply_text("the loop's answer"),
+        ], synthesis=reply_text("resumed"))
+        h = d.submit(RunRequest(query=q))
+        result = h.result(timeout=RESUME_LIMIT)
+        print(f"\n{broker}: finished {time.time() - marker.stat().st_mtime:.2f} s after the lost send")
+        assert result["status"] == "succeeded" and result["answer"] == "resumed"
+        runs = [json.loads(x) for x in r.lrange("reactq-test:toolruns", 0, -1)]
+        assert [x["tag"] for x in runs].count(tag) == 1, "the tool ran once"
+        _check_events(d, h.run_id)
+    finally:
+        factory.stop_all()
