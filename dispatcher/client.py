@@ -125,7 +125,7 @@ class Dispatcher:
     @cached_property
     def store(self) -> RunStore:
         return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
-                        maxlen=self.settings.events_maxlen)
+                        maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
 
     @cached_property
     def celery(self) -> Celery:

@@ -137,7 +137,8 @@ class DagDispatcher:
     def store(self) -> DagStore:
         return DagStore(self.runs.redis, keys=self.runs.keys,
                         ttl_seconds=self.settings.run_ttl_seconds,
-                        maxlen=self.settings.events_maxlen)
+                        maxlen=self.settings.events_maxlen,
+                        due_seconds=self.settings.due_seconds)
 
     def validate(self, request: DagRequest | dict[str, Any]) -> DagRequest:
         """Pydantic validation, registry checks and plan checks; raises naming the field."""

@@ -24,6 +24,12 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``lease:{lease-N}:tasks``         | hash   | workers               | none (member → task spec)   |
 | ``lease:{lease-N}:held:{member}`` | string | workers (SET NX PX)   | the lease TTL               |
 |   N = crc32(member) mod ``LEASE_SHARDS``: one shard's three keys share a slot
+| ``due``                           | zset   | run/DAG commits (Lua) | none (member → deadline ms) |
+|   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``: work committed and not yet
+|   finished; watchdogs resend what is past its deadline and holds no lease (workers/due.py).
+|   A cross-run structure (one per deployment), like ``runs``: not hash-tagged.
+|   Resend counts live in the owner's hash: ``run:{id}`` fields ``due_n``, ``due_n:{call}``;
+|   ``dag:{id}`` field ``due_n``.
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
@@ -105,6 +111,12 @@ class Keys:
 
     def runs_batch(self, batch_id: str) -> str:
         return f"{self.prefix}runs:batch:{batch_id}"
+
+    @property
+    def due(self) -> str:
+        """Work committed and not finished (zset: member → deadline ms), see workers/due.py.
+        A cross-run key: written beside a run's scripts on a Redis Cluster (shared/store.py)."""
+        return f"{self.prefix}due"
 
     def runs_thread(self, thread_id: str) -> str:
         return f"{self.prefix}runs:thread:{thread_id}"

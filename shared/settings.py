@@ -64,6 +64,10 @@ class Settings(BaseSettings):
     run_ttl_seconds: int = Field(24 * 3600, ge=1)
     events_maxlen: int = Field(10_000, ge=100)
     lease_seconds: float = Field(3.0, gt=0)
+    # Durability (workers/due.py): work committed but not started within lease_seconds +
+    # due_grace_seconds is sent again; a task whose holder died max_task_crashes times is not.
+    due_grace_seconds: float = Field(2.0, gt=0)
+    max_task_crashes: int = Field(3, ge=1)
     visibility_timeout: int = Field(3600, ge=10)
     api_token: SecretStr | None = None
     max_body_bytes: int = Field(1_000_000, ge=1024)
@@ -86,4 +90,7 @@ class Settings(BaseSettings):
     http_fetch_max_bytes: int = Field(2_000_000, ge=1024)
     http_fetch_timeout: float = Field(20.0, gt=0)
 
-
+    @property
+    def due_seconds(self) -> float:
+        """Committed work not taken up within this long is sent again (workers/due.py)."""
+        return self.lease_seconds + self.due_grace_seconds

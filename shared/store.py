@@ -18,10 +18,12 @@ from typing import Any
 
 import redis
 
+from reactq.shared.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
 from reactq.shared.keys import Keys
+from reactq.shared.redisconn import is_cluster
 
 # KEYS: run hash, events stream. ARGV: maxlen, then (seq, channel, data) triples.
 _PUBLISH = """
@@ -38,9 +40,11 @@ redis.call('HSET', KEYS[1], 'pub_seq', last)
 return last
 """
 
-# KEYS: run hash, events, interrupts, tools ledger (one run: one slot). ARGV: expected
-# step_no, state, new step_no, status, result ('' = none), now, ttl (0 = keep), maxlen,
-# turn ('' = none), then event triples. Returns {last published seq, the status before,
+# KEYS: run hash, events, interrupts, tools ledger (one run: one slot), then the due set
+# (only on a single server: on a Redis Cluster it is another slot, and the caller writes the
+# same due entries right after). ARGV: expected step_no, state, new step_no, status, result
+# ('' = none), now, ttl (0 = keep), maxlen, turn ('' = none), n, run member, n (deadline,
+# member) pairs (n = 0: the run is over, remove its member), then event triples. Returns {last published seq, the status before,
 # created_at}, or -1 when stale. The run index's status sets live in other slots: the
 # caller moves the run between them after the commit (see RunStore.commit).
 _COMMIT = """
@@ -52,7 +56,15 @@ redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
 local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
-for i = 10, #ARGV, 3 do
+local n = tonumber(ARGV[10])
+if #KEYS >= 5 then
+  if n == 0 then
+    redis.call('ZREM', KEYS[5], ARGV[11])
+  else
+    redis.call('ZADD', KEYS[5], unpack(ARGV, 12, 11 + 2 * n))
+  end
+end
+for i = 12 + 2 * n, #ARGV, 3 do
   local seq = tonumber(ARGV[i])
   if seq > last then
     redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
@@ -81,10 +93,23 @@ return 1
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 
 # KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
+# KEYS: fan-in set, run hash, then the due set (single server only, as for _COMMIT).
+# ARGV: call id, ttl, tool member, run member, calls in the turn, deadline ms, the turn's
+# step_no. Returns {the set's size, 1 when the turn is complete and still current}. The call
+# is no longer due; once the turn is complete (and current) the run's next step is.
 _FANIN = """
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
-return redis.call('SCARD', KEYS[1])
+local c = redis.call('SCARD', KEYS[1])
+local ready = 0
+if c >= tonumber(ARGV[5]) and tonumber(redis.call('HGET', KEYS[2], 'step_no') or '-1') == tonumber(ARGV[7]) then
+  ready = 1
+end
+if #KEYS >= 3 then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  if ready == 1 then redis.call('ZADD', KEYS[3], ARGV[6], ARGV[4]) end
+end
+return {c, ready}
 """
 
 
@@ -111,8 +136,12 @@ class RunStore:
     """Synchronous access to runs (workers, CLI). One instance per process is enough."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys | None = None,
-                 ttl_seconds: int = 86400, maxlen: int = 10_000) -> None:
+                 ttl_seconds: int = 86400, maxlen: int = 10_000, due_seconds: float = 5.0) -> None:
         self.r = client
+        # Committed work not taken up within this long is sent again (workers/due.py).
+        self.due_seconds = due_seconds
+        # On a Redis Cluster the due set is in another slot than the run: written just after.
+        self._cluster = is_cluster(client)
         self.keys = keys or Keys()
         self.ttl = ttl_seconds
         self.maxlen = maxlen
@@ -156,6 +185,8 @@ class RunStore:
                      ([self.keys.runs_thread(thread_id)] if thread_id else []):
             pipe.zadd(index, {run_id: now})
             pipe.expire(index, self._index_ttl)
+        # The run is due from the moment it exists (its first message may be lost with a worker).
+        pipe.zadd(self.keys.due, {run_member(run_id): deadline_ms(self.due_seconds)})
         pipe.execute()
         if idempotency_key is None:
             return run_id, True
@@ -169,6 +200,7 @@ class RunStore:
         pipe.delete(key)
         pipe.zrem(self.keys.runs, run_id)
         pipe.zrem(self.keys.runs_status("queued"), run_id)
+        pipe.zrem(self.keys.due, run_member(run_id))
         pipe.execute()
         return _s(existing), False
 
@@ -205,13 +237,26 @@ class RunStore:
         turn = dumps(_turn(state)) if state.phase == "tools" else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
                            f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
+        due = _due_args(state, self.due_seconds)
+        args += due
         args += _triples(events)
-        out = self._commit(keys=self.keys.run_keys(run_id), args=args)
+        keys = self.keys.run_keys(run_id) + ([] if self._cluster else [self.keys.due])
+        out = self._commit(keys=keys, args=args)
         if not isinstance(out, list):
             return False
+        if self._cluster:
+            self._write_due(due)
         if _s(out[1]) != status:
             self._index_status(run_id, status, float(_s(out[2]) or 0))
         return True
+
+    def _write_due(self, due: list[Any]) -> None:
+        """The commit's due entries, on a Redis Cluster (another slot than the run's)."""
+        n, member, pairs = int(due[0]), due[1], due[2:]
+        if n == 0:
+            self.r.zrem(self.keys.due, member)
+        else:
+            self.r.zadd(self.keys.due, {pairs[i + 1]: pairs[i] for i in range(0, len(pairs), 2)})
 
     def _index_status(self, run_id: str, status: str, created_at: float) -> None:
         """Move the run to its new status set (after the commit: other slots). A crash in
@@ -297,14 +342,40 @@ class RunStore:
                     out[cid] = ToolOutcome.model_validate(rec["outcome"])
         return out
 
-    def fanin(self, run_id: str, step_no: int, call_id: str) -> int:
+    def fanin(self, run_id: str, step_no: int, call_id: str, calls: int) -> int:
+        """Count ``call_id`` in; returns how many of the turn's ``calls`` are in. The call
+        stops being due and, once all are in, the run's next step is (same script)."""
         keys = [self.keys.run_fanin(run_id, step_no), self.keys.run(run_id)]
-        return int(self._fanin(keys=keys, args=[call_id, max(self.ttl, 3600)]))
+        deadline = deadline_ms(self.due_seconds)
+        count, ready = self._fanin(keys=keys + ([] if self._cluster else [self.keys.due]),
+                                   args=[call_id, max(self.ttl, 3600), tool_member(run_id, call_id),
+                                         run_member(run_id), calls, deadline, step_no])
+        if self._cluster:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zrem(self.keys.due, tool_member(run_id, call_id))
+            if int(ready):
+                pipe.zadd(self.keys.due, {run_member(run_id): deadline})
+            pipe.execute()
+        return int(count)
 
     def get_turn(self, run_id: str) -> dict[str, Any] | None:
         """The pending tool turn (what a tool task needs, without the whole history)."""
         raw = self.r.hget(self.keys.run(run_id), "turn")
         return json.loads(raw) if raw else None
+
+
+def _due_args(state: RunState, bound: float) -> list[Any]:
+    """``n, run member, (deadline, member) * n`` for the commit (see ``shared/due.py``)."""
+    member = run_member(state.run_id)
+    if state.phase == "done":
+        return [0, member]
+    due = deadline_ms(bound)
+    if state.phase != "tools":
+        return [1, member, due, member]
+    pairs: list[Any] = [now_ms() + PARKED_MS, member]
+    for call in state.pending_calls:
+        pairs += [due, tool_member(state.run_id, call.id)]
+    return [len(pairs) // 2, member, *pairs]
 
 
 def _triples(events: list[Event]) -> list[Any]:

@@ -29,6 +29,7 @@ import redis
 from reactq.shared.engine.conversation import thread_turns
 from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.events import dumps
+from reactq.shared.due import run_member
 from reactq.shared.keys import Keys
 from reactq.shared.models import ChatMessage
 from reactq.shared.store import RunStore
@@ -200,23 +201,15 @@ def not_started(runs: RunStore, run_id: str | None) -> bool:
 
 
 def arm_first_step(client: redis.Redis, keys: Keys, run_id: str, after_seconds: float) -> None:
-    """Let the lease watchdogs resend a thread run's first step if nobody starts it.
+    """Let the watchdogs resend a thread run's first step if nobody starts it.
 
     The message that starts a run can die with a worker that received it before its task
-    took the run's lease (it then waits for the broker's visibility timeout, an hour), and
-    a run that never starts blocks its whole thread. So before sending it, the run is
-    registered as the lease layout's "due" member ``run:<id>`` (``workers/lease.py``:
-    ``leases`` zset + ``lease:tasks`` spec) with no lease key: a watchdog resends it after
-    ``after_seconds`` unless its task has started (and then released the member). A
-    duplicate first step is harmless: compare-and-set on ``step_no``, lease back-off.
+    took the run's lease, and a run that never starts blocks its whole thread. So before it
+    is sent, the run is made due (``shared/due.py``): a watchdog resends it after
+    ``after_seconds`` unless its task has taken it up. A duplicate first step is harmless:
+    compare-and-set on ``step_no``, lease back-off.
     """
-    member = f"run:{run_id}"
-    spec = json.dumps({"task": "reactq.iterate", "args": [run_id, None], "queue": "reactq.runs",
-                       "worker": "thread-handoff"})
-    pipe = client.pipeline(transaction=False)
-    pipe.hset(keys.lease_tasks_for(member), member, spec)
-    pipe.zadd(keys.leases_for(member), {member: int((time.time() + after_seconds) * 1000)})
-    pipe.execute()
+    client.zadd(keys.due, {run_member(run_id): int((time.time() + after_seconds) * 1000)})
 
 
 def run_thread(request: dict[str, Any]) -> str | None:

@@ -7,9 +7,11 @@
 * Queues ``reactq.runs`` (iterate, answer, dag) and ``reactq.tools`` (tool calls).
 * ``visibility_timeout`` (``REACTQ_VISIBILITY_TIMEOUT``, default 3600 s) is deliberately
   longer than any step may take, so the broker never re-delivers a step that is still
-  running. Fast crash recovery does not wait for it: each running task holds a short
-  lease in Redis (``REACTQ_LEASE_SECONDS``, 3 s, heartbeat every second) and every worker's
-  watchdog re-enqueues a task whose lease expired (see ``workers/lease.py``).
+  running. Crash recovery does not wait for it: every commit records what is due next
+  (``reactq:due``, in the same Lua script), each running task holds a short lease in Redis
+  (``REACTQ_LEASE_SECONDS``, 3 s, heartbeat every second), and every worker's watchdog
+  re-sends what is due and neither started within the bound nor held by a live lease (see
+  ``workers/due.py``).
 """
 
 from __future__ import annotations

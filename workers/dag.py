@@ -43,6 +43,7 @@ from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
+from reactq.workers import faults
 from reactq.workers.app import app
 from reactq.workers.drive import RUNS
 from reactq.workers.runtime import Runtime, runtime
@@ -67,7 +68,7 @@ class DagContext:
     def store(self) -> DagStore:
         s = self.rt.settings
         return DagStore(self.rt.redis, keys=self.rt.keys, ttl_seconds=s.run_ttl_seconds,
-                        maxlen=s.events_maxlen)
+                        maxlen=s.events_maxlen, due_seconds=s.due_seconds)
 
     @cached_property
     def config(self) -> DagConfig:
@@ -137,6 +138,7 @@ def _locked(task: str, dag_id: str, args: list[Any], fn: Callable[[DagContext], 
     member = f"dag:{dag_id}"
     # Two TTLs: a dead holder's key lingers for up to one.
     deadline = time.monotonic() + 2 * leases.ttl_ms / 1000
+    faults.point("before_lease", task)
     while True:
         orphaned = _orphaned(ctx, member)
         with leases.hold(member, RESUME, [dag_id], RUNS, wait=0) as held:
@@ -178,6 +180,18 @@ def _fail(ctx: DagContext, dag_id: str, exc: Exception) -> None:
         rec, state = live
         ctx.save(state, rec.version, M.fail(state, f"Pipeline error: {type(exc).__name__}: {exc}",
                                             ctx.env()))
+
+
+def give_up(ctx: DagContext, dag_id: str, crashes: int) -> None:
+    """The DAG's driving task stopped ``REACTQ_MAX_TASK_CRASHES`` times: end it ``failed``."""
+    with ctx.rt.leases.hold(f"dag:{dag_id}", RESUME, [dag_id], RUNS, wait=0) as held:
+        live = _live(ctx, dag_id) if held else None
+        if live is not None:
+            rec, state = live
+            state.seq = max(state.seq, rec.pub_seq)  # after what the crashed task published
+            text = (f"The DAG's next task was not run again: the worker running it stopped "
+                    f"{crashes} times (REACTQ_MAX_TASK_CRASHES={ctx.rt.settings.max_task_crashes}).")
+            ctx.save(state, rec.version, M.fail(state, text, ctx.env(), kind="task_crashed"))
 
 
 def _orphaned(ctx: DagContext, member: str) -> bool:

@@ -25,7 +25,7 @@ from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
 from reactq.shared.errors import RateLimited
-from reactq.workers import flow, metrics, threads
+from reactq.workers import faults, flow, metrics, threads
 from reactq.workers.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
 
@@ -198,7 +198,7 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> No
             metrics.record_tool(rt, outcome)
         else:  # another worker finished it while this one was cut off: its result stands
             log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
-    if rt.store.fanin(run_id, step_no, call_id) >= len(calls):
+    if rt.store.fanin(run_id, step_no, call_id, len(calls)) >= len(calls):
         send(ITERATE, [run_id, step_no], RUNS)
 
 
@@ -232,7 +232,7 @@ def _fan_in(rt: Runtime, state: RunState, step_no: int, send: Send) -> list[Even
                 send(TOOL, [state.run_id, step_no, call.id, call.name], TOOLS)
         return None
     deps = rt.deps_for(state)
-    events = _uncertain_events(state, outcomes)
+    events = _uncertain_events(state, outcomes) + _crashed_events(state, outcomes)
     return events + rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
 
 
@@ -246,6 +246,12 @@ def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list
     ]
 
 
+def _crashed_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:
+    return [loop.emit(state, "error", kind="tool_crashed", tool_call_id=o.tool_call_id,
+                      tool_name=o.tool_name, message=o.error or "")
+            for o in outcomes.values() if o.crashed]
+
+
 def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], send: Send,
             *, chain: bool = False, began: float | None = None) -> bool:
     """Save the step; then enqueue what comes next. With ``chain``, steps that this task
@@ -256,6 +262,7 @@ def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], sen
     metrics.on_commit(rt, state, step_no, events, began)
     if state.phase == "done" and state.rate_limited_since is not None:
         flow.unpark(rt, state.run_id)  # ended while waiting (cancelled): nothing to resume
+    faults.point("after_commit")
     if not (chain and state.phase in ("select", "llm", "answer")):
         schedule(state, send)
     if state.phase == "done":
@@ -288,3 +295,66 @@ def _initial_state(rt: Runtime, rec: RunRecord) -> RunState:
     request = RunRequest.model_validate(rec.request)
     deps = rt.deps_for(None, request.model)
     return new_state(request, deps, run_id=rec.run_id)
+
+
+# -- the crash limit (workers/due.py counts; these end what must not be sent again) --------
+
+def _crash_text(what: str, crashes: int, rt: Runtime) -> str:
+    return (f"{what} was not run again: the worker running it stopped {crashes} times "
+            f"(killed or hung), so it is treated as a poison pill "
+            f"(REACTQ_MAX_TASK_CRASHES={rt.settings.max_task_crashes}).")
+
+
+def turn_call(turn: dict[str, Any] | None, call_id: str) -> ToolCallRequest | None:
+    for c in (turn or {}).get("calls", []):
+        if c.get("id") == call_id:
+            return ToolCallRequest.model_validate(c)
+    return None
+
+
+def give_up_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
+    """End the run ``failed`` (``error`` kind ``task_crashed``, then ``done``)."""
+    with rt.leases.hold(f"run:{run_id}", ITERATE, [run_id, None], RUNS, wait=0) as held:
+        if held:
+            end_crashed_run(rt, run_id, crashes, send)
+
+
+def end_crashed_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
+    """``give_up_run`` for a caller that holds the run's lease."""
+    rec = rt.store.load(run_id)
+    if rec.status in ("succeeded", "failed", "cancelled"):
+        return
+    state = rec.state or _initial_state(rt, rec)
+    # The crashed step may have published live events (``thinking`` start, answer deltas)
+    # past the saved state; they stay published, and the ending follows them (else its
+    # seqs would be skipped as already published and the run would end without ``done``).
+    state.seq = max(state.seq, rec.pub_seq)
+    events = loop.fail(state, _crash_text("The run's next step", crashes, rt), now=time.time(),
+                       kind="task_crashed")
+    _commit(rt, state, rec.step_no, events, send)
+
+
+def give_up_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, crashes: int,
+                 send: Send) -> None:
+    """Answer the call with an error observation (``tool_crashed``) and count it in."""
+    spec = [run_id, step_no, call.id, call.name]
+    with rt.leases.hold(f"tool:{run_id}:{call.id}", TOOL, spec, TOOLS, wait=0) as held:
+        if held:
+            end_crashed_tool(rt, run_id, step_no, call, crashes, send)
+
+
+def end_crashed_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, crashes: int,
+                     send: Send) -> None:
+    """``give_up_tool`` for a caller that holds the call's lease."""
+    turn = rt.store.get_turn(run_id)
+    if not turn or turn["step_no"] != step_no:
+        return
+    record = rt.store.ledger_get(run_id, call.id)
+    if record is None or record["status"] != "done":
+        text = _crash_text(f"Tool '{call.name}'", crashes, rt)
+        outcome = ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=text, crashed=True,
+                              worker=rt.worker_name)
+        rt.store.ledger_done(run_id, call.id, outcome, step_no)
+    n = len(turn["calls"])
+    if rt.store.fanin(run_id, step_no, call.id, n) >= n:
+        send(ITERATE, [run_id, step_no], RUNS)

@@ -20,7 +20,6 @@ list per priority step and pops ``0`` first), so interactive steps are taken fir
 from __future__ import annotations
 
 import contextvars
-import json
 import logging
 import time
 from collections.abc import Iterator
@@ -36,6 +35,7 @@ from reactq.shared.events import Event
 from reactq.shared.flow.limiter import Denied, FlowLimiter, Ticket
 from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
+from reactq.shared.due import run_member
 from reactq.shared.redisconn import broker_url
 from reactq.shared.settings import Settings
 from reactq.workers.config import message_priorities
@@ -182,26 +182,15 @@ def send_later(rt: Runtime, task: str, args: list[Any], queue: str, countdown: f
                   priority=PRIORITY.get(state.priority, 0), argsrepr=repr(args), kwargsrepr="{}")
 
 
-def _park_member(run_id: str) -> str:
-    return f"park:{run_id}"
-
-
 def park(rt: Runtime, run_id: str, task: str, queue: str, wait_s: float) -> None:
-    """A parked run is a lease nobody holds, due when its wait is over (+ a margin): a
-    countdown message dies with the worker that holds it (until the broker's visibility
-    timeout), so if the step has not started by then, the watchdog resumes the run."""
-    member = _park_member(run_id)
+    """A waiting run stays due (``shared/due.py``), with its deadline pushed past its wait (+ a
+    margin): a countdown message dies with the worker that holds it (until the broker's
+    visibility timeout), so if the step has not started by then, a watchdog resends it; and
+    no watchdog resends it early while it waits. ``task``/``queue`` are what the watchdog
+    sends anyway (the run's current step)."""
     margin = max(5.0, 3 * rt.settings.lease_seconds)
-    spec = json.dumps({"task": task, "args": [run_id, None], "queue": queue, "worker": rt.worker_name})
-    pipe = rt.redis.pipeline(transaction=False)
-    pipe.zadd(rt.keys.leases_for(member), {member: int((time.time() + wait_s + margin) * 1000)})
-    pipe.hset(rt.keys.lease_tasks_for(member), member, spec)
-    pipe.execute()
+    rt.redis.zadd(rt.keys.due, {run_member(run_id): int((time.time() + wait_s + margin) * 1000)})
 
 
 def unpark(rt: Runtime, run_id: str) -> None:
-    member = _park_member(run_id)
-    pipe = rt.redis.pipeline(transaction=False)
-    pipe.zrem(rt.keys.leases_for(member), member)
-    pipe.hdel(rt.keys.lease_tasks_for(member), member)
-    pipe.execute()
+    """Nothing to undo: the run's last commit removed its due record."""

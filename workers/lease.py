@@ -2,12 +2,15 @@
 
 A task holds ``lease:{lease-N}:held:<member>`` (``SET NX PX``) while it runs and refreshes it
 every ``ttl / 3``; the member also sits in its shard's ``leases`` sorted set (score = expiry,
-ms) with the task's name and arguments in the shard's ``tasks`` hash. The three keys of one
-shard share a Redis Cluster hash tag (``{lease-N}``), so each script touches one slot, and
-the ``LEASE_SHARDS`` shards spread the lease traffic (every step pays it) over a cluster. Every worker runs a watchdog thread that
-looks for expired members and sends their task again. A second delivery of a step whose
-lease is alive backs off (returns at once); the step's own idempotency (compare-and-set on
-``step_no``, the tool ledger) makes a late duplicate harmless.
+ms) and the holder's task spec in the shard's ``tasks`` hash, left there if the holder dies
+(how a crash is counted, ``workers/due.py``). The three keys of one shard share a Redis
+Cluster hash tag (``{lease-N}``), so each script touches one slot, and the ``LEASE_SHARDS``
+shards spread the lease traffic (every step pays it) over a cluster. A second delivery of a
+step whose lease is alive backs off (returns at once); the step's own idempotency
+(compare-and-set on ``step_no``, the tool ledger) makes a late duplicate harmless. What
+brings a step back after its holder died, or after its message was lost before any task
+took the lease, is the durable ``due`` record and its watchdog (``workers/due.py``): a lease
+only says "taken, and alive".
 
 Cost per task (it is paid on every step): taking a lease is one round trip (a Lua script
 sets the key and registers the member and its task together) and releasing it another;
@@ -22,7 +25,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -30,7 +33,7 @@ import redis
 from redis.commands.core import Script
 from kombu.exceptions import KombuError
 
-from reactq.shared.keys import LEASE_SHARDS, Keys
+from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 
 log = logging.getLogger(__name__)
@@ -38,11 +41,14 @@ log = logging.getLogger(__name__)
 #: Errors of the infrastructure, not of the step: a task that meets one keeps its lease.
 OUTAGE_ERRORS: tuple[type[BaseException], ...] = (KombuError, redis.RedisError, OSError)
 
-# KEYS: lease key, leases zset, lease:tasks hash. ARGV: token, ttl ms, expiry ms, member, spec.
+# KEYS: lease key, leases zset, lease:tasks hash (one shard). ARGV: token, ttl ms, expiry ms,
+# member, spec. Returns 0 (held by someone else), 1 (taken), 2 (taken over from a holder that
+# died: its record was still there, and nobody had counted that death yet).
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  redis.call('HSET', KEYS[3], ARGV[4], ARGV[5])
+  local orphan = redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) == 0
+  if orphan then return 2 end
   return 1
 end
 return 0
@@ -67,27 +73,6 @@ end
 return 0
 """
 
-# Claim expired members for resending: push their expiry forward so only one watchdog
-# resends each. KEYS: leases zset, lease:tasks hash (one shard). ARGV: now ms, grace ms,
-# the shard's held-key prefix (the keys it builds are in the same slot).
-_CLAIM = """
-local out = {}
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 100)
-for _, m in ipairs(expired) do
-  if redis.call('EXISTS', ARGV[3] .. m) == 0 then
-    local spec = redis.call('HGET', KEYS[2], m)
-    if spec then
-      redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), m)
-      table.insert(out, spec)
-    else
-      redis.call('ZREM', KEYS[1], m)
-    end
-  end
-end
-return out
-"""
-
-
 class Leases:
     def __init__(self, client: redis.Redis, keys: Keys, ttl_seconds: float = 3.0,
                  holder: str = "") -> None:
@@ -98,7 +83,7 @@ class Leases:
         self._acquire = client.register_script(_ACQUIRE)
         self._release = client.register_script(_RELEASE)
         self._renew = client.register_script(_RENEW)
-        self._claim = client.register_script(_CLAIM)
+        self._local = threading.local()
         self._held: dict[str, tuple[str, str]] = {}  # token → (lease key, member)
         self._held_lock = threading.Lock()
         self._beat: threading.Thread | None = None
@@ -117,12 +102,13 @@ class Leases:
         deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
         spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
         lease_keys = [key, self.keys.leases_for(member), self.keys.lease_tasks_for(member)]
-        while not self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
-                                                       member, spec]):
+        while not (got := int(self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
+                                                                    member, spec]))):
             if time.monotonic() >= deadline:
                 yield False
                 return
             time.sleep(0.005)
+        self._local.took_over = got == 2
         with self._held_lock:
             self._held[token] = (key, member)
             if self._beat is None or not self._beat.is_alive():
@@ -165,12 +151,9 @@ class Leases:
             except redis.RedisError:  # a blip: the next beat tries again
                 log.warning("lease heartbeat failed for %s", ", ".join(m for _, (_, m) in held))
 
-    def claim_expired(self) -> list[dict[str, Any]]:
-        """Specs of tasks whose holder died; each is returned to one caller only."""
-        grace, now = self.ttl_ms * 3, _now_ms()
-        calls = [([self.keys.leases_of(n), self.keys.lease_tasks_of(n)],
-                  [now, grace, self.keys.lease_held_prefix(n)]) for n in range(LEASE_SHARDS)]
-        return [json.loads(s) for raw in self._run_all(self._claim, calls) for s in raw]
+    def took_over(self) -> bool:
+        """Whether this thread's last lease was taken over from a holder that died."""
+        return bool(getattr(self._local, "took_over", False))
 
     def _run_all(self, script: Script, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         """One script call per (keys, args): pipelined on one server; on a cluster one by one,
@@ -181,27 +164,6 @@ class Leases:
         for k, a in calls:
             script(keys=k, args=a, client=pipe)
         return list(pipe.execute())
-
-
-class Watchdog(threading.Thread):
-    """Resends tasks whose lease expired; one per worker process."""
-
-    def __init__(self, leases: Leases, send: Callable[[str, list[Any], str], None],
-                 interval: float = 1.0) -> None:
-        super().__init__(daemon=True, name="reactq-watchdog")
-        self.leases = leases
-        self.send = send
-        self.interval = interval
-        self.stopped = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopped.wait(self.interval):
-            try:
-                for spec in self.leases.claim_expired():
-                    log.warning("resuming %s%s: its worker stopped", spec["task"], spec["args"])
-                    self.send(spec["task"], spec["args"], spec["queue"])
-            except Exception:  # keep watching whatever happens
-                log.exception("watchdog pass failed")
 
 
 def _now_ms() -> int:

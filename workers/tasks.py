@@ -18,11 +18,12 @@ from typing import Any
 
 from celery import signals
 
+from reactq.shared.errors import RunNotFound
 from reactq.shared.tools.mcp import close_hub
-from reactq.workers import drive, flow
+from reactq.workers import drive, faults, flow
 from reactq.workers.app import app
-from reactq.workers.lease import Watchdog
-from reactq.workers.runtime import runtime
+from reactq.workers.due import Crashes, DueWatchdog
+from reactq.workers.runtime import Runtime, runtime
 from reactq.workers.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -55,8 +56,10 @@ def iterate(self: Any, run_id: str, step_no: int | None = None) -> None:
     step_no = _resume_step(self, step_no)
     flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
+    faults.point("before_lease", "reactq.iterate")
     with rt.leases.hold(f"run:{run_id}", "reactq.iterate", [run_id, None], drive.RUNS) as held:
-        if held:
+        if held and not _run_crashed_too_often(rt, run_id):
+            faults.point("in_lease", "reactq.iterate", run_id)
             drive.iterate(rt, run_id, step_no, send)
 
 
@@ -65,9 +68,25 @@ def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
     step_no = _resume_step(self, step_no)
     flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
+    faults.point("before_lease", "reactq.answer")
     with rt.leases.hold(f"run:{run_id}", "reactq.answer", [run_id, None], drive.RUNS) as held:
-        if held:
+        if held and not _run_crashed_too_often(rt, run_id):
             drive.answer(rt, run_id, step_no, send)
+
+
+def _run_crashed_too_often(rt: Runtime, run_id: str) -> bool:
+    """Taking over from a holder that died counts a crash; at the limit the run ends."""
+    if not rt.leases.took_over():
+        return False
+    try:
+        rec = rt.store.load(run_id)
+    except RunNotFound:
+        return False
+    crashes = Crashes(rt).run(run_id, rec.step_no, True)
+    if crashes < rt.settings.max_task_crashes or rec.status in ("succeeded", "failed", "cancelled"):
+        return False
+    drive.end_crashed_run(rt, run_id, crashes, send)
+    return True
 
 
 @app.task(name="reactq.tool", ignore_result=True)
@@ -77,12 +96,27 @@ def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) 
     rt = runtime()
     member = f"tool:{run_id}:{call_id}"
     spec = [run_id, step_no, call_id, tool_name]
+    faults.point("before_lease", "reactq.tool")
     with rt.leases.hold(member, "reactq.tool", spec, drive.TOOLS) as held:
-        if held:
+        if held and not _tool_crashed_too_often(rt, run_id, step_no, call_id):
             drive.tool(rt, run_id, step_no, call_id, send)
 
 
-_watchdog: Watchdog | None = None
+def _tool_crashed_too_often(rt: Runtime, run_id: str, step_no: int, call_id: str) -> bool:
+    if not rt.leases.took_over():
+        return False
+    turn = rt.store.get_turn(run_id)
+    call = drive.turn_call(turn, call_id)
+    if turn is None or call is None or turn["step_no"] != step_no:
+        return False
+    crashes = Crashes(rt).tool(run_id, call_id, step_no, True)
+    if crashes < rt.settings.max_task_crashes:
+        return False
+    drive.end_crashed_tool(rt, run_id, step_no, call, crashes, send)
+    return True
+
+
+_watchdog: DueWatchdog | None = None
 
 
 def publish_catalog() -> None:
@@ -107,7 +141,7 @@ def _start_watchdog(**_: Any) -> None:
     global _watchdog
     publish_catalog()
     if _watchdog is None:
-        _watchdog = Watchdog(runtime().leases, send)
+        _watchdog = DueWatchdog(runtime(), send)
         _watchdog.start()
         rt = runtime()
         Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds).start()

@@ -20,6 +20,8 @@ from typing import Any
 
 import redis
 
+from reactq.shared.due import dag_member, deadline_ms
+from reactq.shared.redisconn import is_cluster
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
 from reactq.shared.keys import Keys
@@ -54,15 +56,21 @@ _PUBLISH = _EVENTS + """
 return publish(KEYS[1], KEYS[2], ARGV[1], 2)
 """
 
-# KEYS: hash, events, interrupts. ARGV: expected version, state, status, result ('' = none),
-# now, ttl (0 = keep), maxlen, phase, round, then event triples.
+# KEYS: hash, events, interrupts, due set (single server only: on a Redis Cluster it is in
+# another slot, and the caller writes the same entry right after). ARGV: expected version, state, status, result
+# ('' = none), now, ttl (0 = keep), maxlen, phase, round, due deadline ms ('' = the DAG is
+# over: remove it), DAG member, then event triples (see ``reactq.shared.due``).
 _COMMIT = _EVENTS + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if cur ~= tonumber(ARGV[1]) then return -1 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'version', cur + 1, 'status', ARGV[3],
            'updated_at', ARGV[5], 'phase', ARGV[8], 'round', ARGV[9])
 if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[4]) end
-local last = publish(KEYS[1], KEYS[2], ARGV[7], 10)
+if #KEYS >= 4 then
+  if ARGV[10] == '' then redis.call('ZREM', KEYS[4], ARGV[11])
+  else redis.call('ZADD', KEYS[4], ARGV[10], ARGV[11]) end
+end
+local last = publish(KEYS[1], KEYS[2], ARGV[7], 12)
 local ttl = tonumber(ARGV[6])
 if ttl > 0 then
   for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ttl) end
@@ -95,11 +103,12 @@ class DagStore:
     """Synchronous access to DAGs (workers, dispatcher)."""
 
     def __init__(self, client: redis.Redis, *, keys: Keys | None = None,
-                 ttl_seconds: int = 86400, maxlen: int = 10_000) -> None:
+                 ttl_seconds: int = 86400, maxlen: int = 10_000, due_seconds: float = 5.0) -> None:
         self.r = client
         self.keys = keys or Keys()
         self.ttl = ttl_seconds
         self.maxlen = maxlen
+        self.due_seconds = due_seconds
         self._publish = client.register_script(_PUBLISH)
         self._commit = client.register_script(_COMMIT)
 
@@ -115,9 +124,12 @@ class DagStore:
                     return _s(existing), False
                 self.r.set(idem, dag_id, ex=self.ttl)
         now = f"{time.time():.6f}"
-        self.r.hset(self.keys.dag(dag_id), mapping={
+        pipe = self.r.pipeline(transaction=False)  # due from the moment it exists (two slots)
+        pipe.hset(self.keys.dag(dag_id), mapping={
             "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
             "version": 0, "pub_seq": 0, "phase": "planning", "round": 0})
+        pipe.zadd(self.keys.due, {dag_member(dag_id): deadline_ms(self.due_seconds)})
+        pipe.execute()
         return dag_id, True
 
     def load(self, dag_id: str) -> DagRecord:
@@ -143,14 +155,28 @@ class DagStore:
             result = dumps(result_of(state))
         args: list[Any] = [expected_version, dump_dag(state), state.status, result,
                            f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen,
-                           state.phase, state.round]
+                           state.phase, state.round, self._deadline(state), dag_member(state.dag_id)]
         args += _triples(events)
         keys = [self.keys.dag(state.dag_id), self.keys.dag_events(state.dag_id),
                 self.keys.dag_interrupts(state.dag_id)]
-        ok = int(self._commit(keys=keys, args=args)) >= 0
+        cluster = is_cluster(self.r)
+        ok = int(self._commit(keys=keys + ([] if cluster else [self.keys.due]), args=args)) >= 0
         if not ok:
             state.version = expected_version
+        elif cluster:
+            deadline, member = args[9], args[10]
+            if deadline == "":
+                self.r.zrem(self.keys.due, member)
+            else:
+                self.r.zadd(self.keys.due, {member: deadline})
         return ok
+
+    def _deadline(self, state: DagState) -> int | str:
+        """When the DAG's next driving message must have been taken up: while executing,
+        after its next tick is due; '' once it is over."""
+        if state.phase == "done":
+            return ""
+        return deadline_ms(self.due_seconds, after=state.tick_due or None)
 
     def publish(self, dag_id: str, events: list[Event]) -> int:
         """Publish now (live answer deltas), skipping seqs already published."""

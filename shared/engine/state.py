@@ -48,6 +48,7 @@ class ToolOutcome(BaseModel):
     artifacts: list[Artifact] = Field(default_factory=list)
     blocked: bool = False
     uncertain: bool = False
+    crashed: bool = False  # not run again: its worker died or hung REACTQ_MAX_TASK_CRASHES times
     started_at: float = 0.0
     ended_at: float = 0.0
     worker: str | None = None

@@ -98,6 +98,12 @@ class ScriptBook:
         return None
 
 
+# The test catalog (5 built-ins, 3 demo tools, the test tools) is 13 tools: over the seed's
+# threshold of 12, every run (on workers and in-process) would start with tool selection.
+# Tests of selection use catalogs far over this one (an MCP hub of 40+ tools).
+os.environ.setdefault("REACT_TOOL_SELECTION_THRESHOLD", "16")
+
+
 class LLMFixture:
     def __init__(self, server: ScriptedServer, book: ScriptBook) -> None:
         self.server = server

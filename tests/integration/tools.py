@@ -83,5 +83,25 @@ hold_gil_retry = Tool(name="hold_gil_retry", description="Holds the GIL (idempot
 hold_gil_2s = Tool(name="hold_gil_2s", description="Holds the GIL; its deadline is 2 s.",
                    args_model=HoldArgs, fn=_hold_gil, timeout=2)
 
+class DieArgs(BaseModel):
+    reason: str = Field("", description="why")
+
+
+def _die(reason: str = "") -> str:
+    """A poison pill: kills the process that runs it (kill -9 of its worker)."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+die = Tool(name="die", description="Kills its worker (tests of the crash limit).",
+           args_model=DieArgs, fn=_die, isolate=False)  # kill the worker, not a tool-runner
+
+
+
 # default_registry adds these to the built-in tools.
 TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s]
+# The crash-limit tests load these (``die`` kills its worker; kept out of TOOLS so that the
+# other tests' catalogs stay under the tool-selection threshold).
+CRASH_TOOLS = [*TOOLS, die]

@@ -41,7 +41,7 @@ def test_runs_spread_over_every_master_and_each_runs_keys_stay_on_one(rc) -> Non
     for rid in ids:
         store.create(rid, {"query": "q"})
         store.add_interrupt(rid, "hi")
-        store.fanin(rid, 1, "c1")
+        store.fanin(rid, 1, "c1", 1)
         store.ledger_claim(rid, "c1", "tok", 1)
     nodes = set()
     for rid in ids:
