@@ -20,6 +20,7 @@ import pytest
 import redis
 
 from reactq.dispatcher.client import Dispatcher
+from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
 from tests.integration.conftest import WorkerFactory
@@ -183,7 +184,8 @@ def test_a_destructive_mcp_tool_is_not_rerun_after_its_worker_is_killed(pair, ll
     ])
     h = d.submit(RunRequest(query=q, tools=["demo__append_line"]))
     _wait(lambda: target.exists() and target.read_text(), what="the tool to start")
-    raw = _wait(lambda: r.hget("reactq:lease:tasks", f"tool:{h.run_id}:w"), what="the tool's lease")
+    member = f"tool:{h.run_id}:w"
+    raw = _wait(lambda: r.hget(Keys().lease_tasks_for(member), member), what="the tool's lease")
     workers[int(json.loads(raw)["worker"].rsplit(":", 1)[1])].kill()
     assert h.result(timeout=60)["status"] == "succeeded"
     assert target.read_text().splitlines() == ["once"], "never silently run again"

@@ -18,6 +18,7 @@ unreachable server become :class:`~reactq.shared.errors.ToolError` (an error obs
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ from pydantic import BaseModel
 
 from reactq.shared.errors import ToolError
 from reactq.shared.models import Artifact, ToolResult
-from reactq.shared.tools.base import Tool, ToolArgumentsError
+from reactq.shared.tools.base import DEFAULT_TOOL_TIMEOUT, Tool, ToolArgumentsError
+from reactq.shared.tools.isolation import ToolTimeoutError
 from reactq.shared.tools.mcp.config import SEPARATOR, McpServerConfig
 from reactq.shared.tools.mcp.hub import McpHub, McpUnavailable, get_hub
 
@@ -88,11 +90,18 @@ class McpTool(Tool):
             raise ToolArgumentsError(f"Invalid arguments for tool '{self.name}': {text}")
         return _AnyArgs()
 
-    async def invoke(self, args: dict[str, Any]) -> str | ToolResult:
+    async def invoke(self, args: dict[str, Any], *,
+                     default_timeout: float | None = None) -> str | ToolResult:
         self.validate_args(args)
         hub = self.hub
+        timeout = self.timeout or default_timeout or DEFAULT_TOOL_TIMEOUT
         try:
-            result = await hub.run_async(hub.call_tool(self.server, self.remote_name, args))
+            result = await asyncio.wait_for(hub.run_async(hub.call_tool(self.server, self.remote_name, args)),
+                                            timeout)
+        except TimeoutError:
+            raise ToolTimeoutError(
+                f"Tool '{self.name}' timed out after {timeout:g}s (MCP server '{self.server}' did not "
+                "answer in time; its deadline: the tool's timeout, default REACTQ_TOOL_TIMEOUT)") from None
         except McpUnavailable as exc:
             raise ToolError(str(exc)) from None
         except MCPError as exc:
