@@ -32,6 +32,7 @@ from bench.cluster import Cluster, WorkerSpec
 from bench.script import Scenario
 from bench.script import handler as bench_handler
 from reactq.dispatcher.client import Dispatcher
+from reactq.shared.keys import LEASE_SHARDS, Keys
 from reactq.shared.requests import RunRequest
 from tests.scripted_server import Reply, ScriptedServer
 
@@ -65,12 +66,12 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.period):
             pipe = self.r.pipeline(transaction=False)
-            pipe.hkeys("reactq:lease:tasks")
+            for n in range(LEASE_SHARDS):
+                pipe.hkeys(Keys().lease_tasks_of(n))
             pipe.zcard("reactq:flow:{scripted}:line:interactive")
             pipe.zcard("reactq:flow:{scripted}:line:batch")
-            members, wi, wb = pipe.execute()
-            # a `park:` member is a run waiting on a countdown (no task running), not a lease
-            running = sum(1 for m in members if not m.startswith(b"park:"))
+            *shards, wi, wb = pipe.execute()
+            running = sum(len(m) for m in shards)  # tasks holding a lease (waiting runs hold none)
             self.samples.append((running, int(wi) + int(wb)))
 
 

@@ -32,6 +32,7 @@ import pytest
 import redis
 
 from reactq.dispatcher.client import Dispatcher
+from reactq.shared.keys import Keys
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
@@ -174,7 +175,7 @@ def test_on_rabbitmq_every_worker_killed_during_an_llm_call_still_finishes_the_r
             w.kill()
         # The broker redelivers at once; make the dead holder's lease outlive the new
         # worker's wait (one TTL), so that the redelivery backs off, as seen in issue 10.
-        r.pexpire(f"reactq:lease:run:{h.run_id}", int(4 * LEASE * 1000))
+        r.pexpire(Keys().lease(f"run:{h.run_id}"), int(4 * LEASE * 1000))
         killed = time.monotonic()
         factory.start("rmq-new", concurrency=2, **env)
         result = h.result(timeout=RESUME_LIMIT)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 from tests.integration.flow_kit import USAGE, FlowCluster, OnceHandler
 from tests.scripted_server import count_assistant_messages, first_user_text, reply_error, reply_text, reply_tool_calls
@@ -117,7 +118,7 @@ def test_interactive_runs_go_ahead_of_a_saturated_batch(make_cluster) -> None:
 def _lease_holder_pid(c: FlowCluster, member: str) -> int | None:
     import json
 
-    raw = c.r.hget("reactq:lease:tasks", member)
+    raw = c.r.hget(Keys().lease_tasks_for(member), member)
     return int(json.loads(raw)["worker"].rsplit(":", 1)[1]) if raw else None
 
 
@@ -177,11 +178,12 @@ def test_a_run_cancelled_while_it_waits_ends_and_is_not_resumed(make_cluster) ->
     while not any(e.data.get("phase") == "rate_limited" for e in _events(c, waiting.run_id)):
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    assert c.r.zscore("reactq:leases", f"park:{waiting.run_id}") is not None
+    due = c.r.zscore(Keys().due, f"run:{waiting.run_id}")  # due only after its wait (+ margin)
+    assert due is not None and due > time.time() * 1000 + 2000
     calls = len(c.book_requests("cancel waiting"))
     waiting.cancel()
     assert waiting.result(timeout=20)["status"] == "cancelled"
-    assert c.r.zscore("reactq:leases", f"park:{waiting.run_id}") is None  # nothing left to resume
+    assert c.r.zscore(Keys().due, f"run:{waiting.run_id}") is None  # nothing left to resume
     first.cancel()
     first.result(timeout=20)
     assert len(c.book_requests("cancel waiting")) == calls  # it called the model no more
