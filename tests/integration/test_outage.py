@@ -24,6 +24,7 @@ import pytest
 import redis
 
 from reactq.dispatcher.client import Dispatcher
+from reactq.shared.keys import Keys
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
@@ -171,7 +172,7 @@ def test_an_sse_stream_that_loses_redis_ends_cleanly_and_resumes_with_last_event
         ids = [f["id"] for f in frames]
         assert len(ids) == len(set(ids)), "an event came twice"
         r = redis.Redis.from_url(aof_redis.url)
-        stored = [i.decode() for i, _ in r.xrange(f"reactq:run:{created['run_id']}:events")]
+        stored = [i.decode() for i, _ in r.xrange(Keys().run_events(created['run_id']))]
         assert ids == stored, "the resumed stream is not exactly the stored one"
     finally:
         if gw is not None:
