@@ -36,9 +36,10 @@
       bar.style.width = `${pct.toFixed(1)}%`;
       bar.parentElement.setAttribute("aria-valuenow", pct.toFixed(0));
       badge.replaceChildren(RQ.badge(b.status));
-      const elapsed = ((b.status === "done" ? b.updated_at : Date.now() / 1000) - b.created_at);
+      const ended = b.status !== "running";  // done, or cancelled (POST /v1/batches/{id}/cancel)
+      const elapsed = ((ended ? b.updated_at : Date.now() / 1000) - b.created_at);
       const rate = done / Math.max(elapsed, 1e-3);
-      const eta = b.status === "done" ? "done" : done ? RQ.fmtSecs((b.total - done) / rate) : "–";
+      const eta = ended ? b.status : done ? RQ.fmtSecs((b.total - done) / rate) : "–";
       const cell = (label, v) => h("div", { dataset: { count: label } }, h("b", {}, String(v ?? 0)), label);
       counts.replaceChildren(cell("total", b.total), cell("succeeded", b.succeeded), cell("failed", b.failed),
         cell("invalid", b.invalid), cell("skipped", b.skipped ?? 0), cell("running", b.running),
@@ -60,7 +61,7 @@
     (async () => {
       while (!ctrl.signal.aborted) {
         try {
-          if ((await refresh()) === "done") break;
+          if ((await refresh()) !== "running") break;
         } catch (err) {
           if (ctrl.signal.aborted) return;
           note.textContent = err.status === 404 ? "No such batch (it may have expired)." : `Could not read the batch: ${err.message}`;

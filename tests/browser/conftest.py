@@ -25,6 +25,8 @@ from reactq.shared.redisconn import free_port
 from tests.integration.conftest import (  # noqa: F401  (fixtures, re-exported for this folder)
     ROOT,
     LLMFixture,
+    _histories_every_provider_accepts,
+    backend,
     dispatcher,
     llm,
     r,

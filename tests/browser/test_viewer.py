@@ -205,12 +205,11 @@ def test_the_batch_page_shows_progress_runs_and_cancel(gateway, page, llm: LLMFi
     wait_js(page, "+document.querySelector('#batch-counts [data-count=\"succeeded\"] b').textContent >= 2", timeout=30)
     shot(page, "batch")
     page.click("#cancel-batch")
-    # The cancel route is another slice's (POST /v1/batches/{id}/cancel): either it answers
-    # and the batch ends, or the page says why not — never silence.
+    # POST /v1/batches/{id}/cancel: the runs in flight are cancelled, the rest skipped.
     wait_js(page, "document.getElementById('batch-note').textContent.length > 0", timeout=10)
     note = page.locator("#batch-note").inner_text()
-    assert note.startswith(("Cancel requested", "Cancel failed (404)", "Cancel failed (405)")), note
-    page.wait_for_selector("#batch-status .st-done", timeout=60000)
+    assert note.startswith("Cancel requested"), note
+    page.wait_for_selector("#batch-status .st-cancelled", timeout=60000)
     assert page.locator('#batch-counts [data-count="invalid"] b').inner_text() == "1"
     assert page.locator("#cancel-batch").is_disabled()
 
