@@ -99,9 +99,9 @@ class ScriptBook:
 
 
 # The test catalog (5 built-ins, 3 demo tools, the test tools) is 13 tools: over the seed's
-# threshold of 12, every run (on workers and in-process) would start with tool selection.
-# Tests of selection use catalogs far over this one (an MCP hub of 40+ tools).
-os.environ.setdefault("REACT_TOOL_SELECTION_THRESHOLD", "16")
+# threshold of 12, every run would start with tool selection. Workers get a higher threshold
+# (tests of selection use catalogs far over it: an MCP hub of 40+ tools).
+SELECTION_THRESHOLD = "16"
 
 
 class LLMFixture:
@@ -257,6 +257,7 @@ def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
         REACTQ_TOOLS="tests.integration.tools:TOOLS",
         REACTQ_LEASE_SECONDS="1.5",
         REACTQ_DEMO_TOOLS="true",  # tests script echo/add/sleep; off by default (issue 10)
+        REACT_TOOL_SELECTION_THRESHOLD=SELECTION_THRESHOLD,
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )

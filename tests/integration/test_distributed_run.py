@@ -51,8 +51,11 @@ def _normalized(events):
 
 @pytest.mark.parametrize("mode", ["native", "json"])
 async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runner(
-        mode, workers, dispatcher, llm, settings):
+        mode, workers, dispatcher, llm, settings, monkeypatch):
     """DESIGN "both shells": same script ⇒ same event sequence, in both modes."""
+    from tests.integration.conftest import SELECTION_THRESHOLD
+
+    monkeypatch.setenv("REACT_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)  # as the workers
     from reactq.shared.engine.steps import EngineDeps
     from reactq.shared.events import ListSink
     from reactq.shared.inprocess import run_local
