@@ -81,7 +81,7 @@ def test_a_run_with_a_tool_runs_over_tls_and_the_password_is_never_logged(
         from reactq.dispatcher.http import create_app
 
         with TestClient(create_app(settings)) as api:
-            health = api.get("/healthz").json()
+            health = api.get("/readyz").json()  # readiness: Redis, the broker, a worker
         assert (health["redis"], health["broker"]) == ("ok", "ok"), health
         assert tls.password not in str(health)
     finally:
