@@ -28,7 +28,7 @@ from reactq.shared.errors import (
     ToolError,
     ToolNotFound,
 )
-from reactq.shared.hook_decorator import hook
+from reactq.shared.hooks.decorator import hook
 from reactq.shared.hooks import Hook, HookContext, HookPoint, HookRegistry, HookResult
 from reactq.shared.inprocess import run_local
 from reactq.shared.requests import DagRequest, RunRequest

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 import reactq
-from reactq.shared.hook_decorator import hook_point
+from reactq.shared.hooks.decorator import hook_point
 
 
 @pytest.mark.parametrize("name, point", [

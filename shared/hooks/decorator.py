@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from reactq.shared.hooks import Hook, HookPoint
+from reactq.shared.hooks.base import Hook, HookPoint
 
 __all__ = ["hook", "hook_point"]
 
