@@ -14,11 +14,13 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import redis
 
 from reactq.shared.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
+from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
+from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
@@ -231,13 +233,14 @@ class RunStore:
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event]) -> bool:
         """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale."""
         state.step_no = expected_step_no + 1
-        terminal = state.phase == "done"
-        result = dumps(_result(state)) if terminal else ""
-        status = state.status if terminal else "running"
-        turn = dumps(_turn(state)) if state.phase == "tools" else ""
+        nxt = next_step(state)
+        done = nxt.result if isinstance(nxt, Done) else None
+        result = dumps(done.as_dict()) if done is not None else ""
+        status = done.status if done is not None else "running"
+        turn = dumps(turn_summary(state)) if isinstance(nxt, RunTools) else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
-                           f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
-        due = _due_args(state, self.due_seconds)
+                           f"{time.time():.6f}", self.ttl if done is not None else 0, self.maxlen, turn]
+        due = _due_args(run_id, nxt, self.due_seconds)
         args += due
         args += _triples(events)
         keys = self.keys.run_keys(run_id) + ([] if self._cluster else [self.keys.due])
@@ -335,7 +338,7 @@ class RunStore:
             return {}
         raws = self.r.hmget(self.keys.run_tools(run_id), call_ids)
         out = {}
-        for cid, raw in zip(call_ids, raws):
+        for cid, raw in zip(call_ids, raws, strict=True):
             if raw:
                 rec = json.loads(raw)
                 if rec.get("status") == "done":
@@ -364,18 +367,23 @@ class RunStore:
         return json.loads(raw) if raw else None
 
 
-def _due_args(state: RunState, bound: float) -> list[Any]:
+def _due_args(run_id: str, nxt: Next, bound: float) -> list[Any]:
     """``n, run member, (deadline, member) * n`` for the commit (see ``shared/due.py``)."""
-    member = run_member(state.run_id)
-    if state.phase == "done":
-        return [0, member]
+    member = run_member(run_id)
     due = deadline_ms(bound)
-    if state.phase != "tools":
-        return [1, member, due, member]
-    pairs: list[Any] = [now_ms() + PARKED_MS, member]
-    for call in state.pending_calls:
-        pairs += [due, tool_member(state.run_id, call.id)]
-    return [len(pairs) // 2, member, *pairs]
+    match nxt:
+        case Done():
+            return [0, member]
+        case RunTools(calls=calls):
+            # The run's own member is parked while its tools are out (the fan-in brings it back).
+            pairs: list[Any] = [now_ms() + PARKED_MS, member]
+            for call in calls:
+                pairs += [due, tool_member(run_id, call.id)]
+            return [len(pairs) // 2, member, *pairs]
+        case SelectTools() | CallLLM() | Answer():
+            return [1, member, due, member]
+        case _:
+            assert_never(nxt)
 
 
 def _triples(events: list[Event]) -> list[Any]:
@@ -383,25 +391,3 @@ def _triples(events: list[Event]) -> list[Any]:
     for e in events:
         out += [e.seq, e.channel, dumps(e.data)]
     return out
-
-
-def _turn(state: RunState) -> dict[str, Any]:
-    return {
-        "step_no": state.step_no,
-        "calls": [c.model_dump() for c in state.pending_calls],
-        "tool_names": state.tool_names if state.tool_names is not None else state.available_tools,
-        "metadata": state.metadata,
-    }
-
-
-def _result(state: RunState) -> dict[str, Any]:
-    return {
-        "answer": state.final_answer if state.final_answer is not None else (state.answer or ""),
-        "status": state.status,
-        "iterations": state.iteration,
-        "usage": state.usage.public(),
-        "elapsed": round((state.ended_at or state.started_at) - state.started_at, 3),
-        "error": state.error,
-        "mode": state.mode,
-        "model": state.model,
-    }

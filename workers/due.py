@@ -35,7 +35,7 @@ import redis
 from reactq.shared.due import Member, now_ms, parse_member
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RunNotFound
-from reactq.workers import drive
+from reactq.workers import drive, toolcall
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ class DueWatchdog(threading.Thread):
     def _tool(self, member: str, m: Member, died: bool) -> None:
         assert m.call_id is not None
         turn = self.rt.store.get_turn(m.owner)
-        call = drive.turn_call(turn, m.call_id)
+        call = toolcall.turn_call(turn, m.call_id)
         if turn is None or call is None:
             self._forget(member)  # the turn is over (answered, cancelled, expired)
             return
@@ -196,7 +196,7 @@ class DueWatchdog(threading.Thread):
         crashes = self.crashes.tool(m.owner, m.call_id, step_no, died)
         if crashes >= self.crashes.limit:
             log.error("run %s: tool call %s stopped %s times; not sent again", m.owner, m.call_id, crashes)
-            drive.give_up_tool(self.rt, m.owner, step_no, call, crashes, self.send)
+            toolcall.give_up_tool(self.rt, m.owner, step_no, call, crashes, self.send)
             return
         log.info("resending tool call %s of run %s%s", m.call_id, m.owner,
                     " (its worker died)" if died else "")

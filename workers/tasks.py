@@ -1,4 +1,5 @@
-"""Celery tasks: thin wiring around ``reactq.workers.drive``. Payloads carry ids, never histories.
+"""Celery tasks: thin wiring around ``reactq.workers.drive`` (a run's steps) and
+``reactq.workers.toolcall`` (tool calls). Payloads carry ids, never histories.
 
 | task              | queue         | args                         | does                           |
 |-------------------|---------------|------------------------------|--------------------------------|
@@ -20,7 +21,7 @@ from celery import signals
 
 from reactq.shared.errors import RunNotFound
 from reactq.shared.tools.mcp import close_hub
-from reactq.workers import drive, faults, flow
+from reactq.workers import drive, faults, flow, toolcall
 from reactq.workers.app import app
 from reactq.workers.due import Crashes, DueWatchdog
 from reactq.workers.runtime import Runtime, runtime
@@ -99,20 +100,20 @@ def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) 
     faults.point("before_lease", "reactq.tool")
     with rt.leases.hold(member, "reactq.tool", spec, drive.TOOLS) as held:
         if held and not _tool_crashed_too_often(rt, run_id, step_no, call_id):
-            drive.tool(rt, run_id, step_no, call_id, send)
+            toolcall.tool(rt, run_id, step_no, call_id, send)
 
 
 def _tool_crashed_too_often(rt: Runtime, run_id: str, step_no: int, call_id: str) -> bool:
     if not rt.leases.took_over():
         return False
     turn = rt.store.get_turn(run_id)
-    call = drive.turn_call(turn, call_id)
+    call = toolcall.turn_call(turn, call_id)
     if turn is None or call is None or turn["step_no"] != step_no:
         return False
     crashes = Crashes(rt).tool(run_id, call_id, step_no, True)
     if crashes < rt.settings.max_task_crashes:
         return False
-    drive.end_crashed_tool(rt, run_id, step_no, call, crashes, send)
+    toolcall.end_crashed_tool(rt, run_id, step_no, call, crashes, send)
     return True
 
 

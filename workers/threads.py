@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending
 from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
@@ -57,8 +57,8 @@ def stop(rt: Runtime, state: RunState, now: float) -> list[Event]:
     if state.thread_id:
         kind = thread_store(rt).stop_kind(state.thread_id, state.run_id)
         if kind in ("interrupt", "rollback"):
-            return loop.interrupt(state, now=now, strategy=kind)
-    return loop.cancel(state, now=now)
+            return ending.interrupt(state, now=now, strategy=kind)
+    return ending.cancel(state, now=now)
 
 
 def ended(rt: Runtime, state: RunState, send: Any) -> None:

@@ -64,3 +64,51 @@ def test_celery_accepts_json_only():
     assert conf["task_serializer"] == "json"
     assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"]
     assert conf["worker_prefetch_multiplier"] == 1
+
+
+ENV_READERS = {"environ", "environb", "getenv", "getenvb"}
+
+
+def _settings_classes() -> set[str]:
+    """Names of the settings classes: building one reads the environment (pydantic-settings)."""
+    import inspect
+
+    from pydantic_settings import BaseSettings
+
+    from reactq.shared import settings
+    from reactq.shared.dag import config
+
+    return {name for mod in (settings, config) for name, obj in vars(mod).items()
+            if inspect.isclass(obj) and issubclass(obj, BaseSettings) and obj is not BaseSettings}
+
+
+def _env_reads(path: Path, settings: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_READERS:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [f"line {node.lineno}: from os import {a.name}" for a in node.names if a.name in ENV_READERS]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in settings:
+            found.append(f"line {node.lineno}: {node.func.id}()")
+        elif (isinstance(node, ast.keyword) and node.arg == "default_factory"
+              and isinstance(node.value, ast.Name) and node.value.id in settings):
+            found.append(f"line {node.value.lineno}: default_factory={node.value.id}")
+    return found
+
+
+def test_the_engine_never_reads_the_environment():
+    """Engine config is passed in (``EngineDeps.config``, read at the shells' edge): no module
+    under shared/engine reads ``os.environ`` / ``os.getenv`` or builds a settings object."""
+    settings = _settings_classes()
+    assert "EngineConfig" in settings
+    for path in (ROOT / "shared" / "engine").rglob("*.py"):
+        assert not _env_reads(path, settings), f"{path.relative_to(ROOT)} reads the environment: {_env_reads(path, settings)}"
+
+
+def test_the_environment_check_sees_each_way_of_reading_it(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import os\nfrom os import getenv\nfrom dataclasses import field\n"
+                   "a = os.environ.get('X')\nb = os.getenv('Y')\nc = EngineConfig()\n"
+                   "d = field(default_factory=EngineConfig)\ne = EngineConfig.defaults()\n")
+    assert len(_env_reads(src, _settings_classes())) == 5
