@@ -12,13 +12,13 @@ No I/O happens here: the shells (``reactq.shared.inprocess``, ``workers``) carry
 
 from __future__ import annotations
 
-import json
+import operator
 from typing import Any
 
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
-from reactq.shared.engine.jsonx import md5_args
+from reactq.shared.engine.jsonx import md5_args, text_json
 from reactq.shared.engine.result import step_summary
 from reactq.shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
 from reactq.shared.events import Event
@@ -174,7 +174,8 @@ def _unique_call_ids(state: RunState, calls: list[ToolCallRequest]) -> list[Tool
     every call. Such a call gets a fresh id; the assistant message stores the renamed
     calls, so the history the model sees stays consistently paired.
     """
-    seen = {s.tool_call_id for s in state.steps if s.tool_call_id}
+    seen = set(map(_CALL_ID, state.steps))  # at C speed: this runs every turn, over every step
+    seen.discard(None)
     out: list[ToolCallRequest] = []
     for i, call in enumerate(calls):
         call_id = call.id
@@ -188,6 +189,9 @@ def _unique_call_ids(state: RunState, calls: list[ToolCallRequest]) -> list[Tool
         seen.add(call_id)
         out.append(call)
     return out
+
+
+_CALL_ID = operator.attrgetter("tool_call_id")
 
 
 def _thinking_done(state: RunState, reasoning: str) -> Event:
@@ -314,7 +318,7 @@ def _record_step(state: RunState, call: ToolCallRequest, out: ToolOutcome, confi
         observation=out.observation, error=out.error, content_type=out.content_type,
         artifacts=out.artifacts,
     ))
-    args = json.dumps(call.arguments, ensure_ascii=False)
+    args = text_json(call.arguments)
     result = f"Error: {out.error}" if out.error is not None else out.observation
     limit = config.tool_obs_truncation
     if len(result) > limit:

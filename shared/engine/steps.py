@@ -47,13 +47,25 @@ class EngineDeps:
     guard: ContextGuard | None = None
     selection_llm: LLM | None = None
     clock: Callable[[], float] = time.time
+    _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Filtered registries and their schemas by (names, size of ``registry``): every turn
+    needs them, and a registry only ever grows (a tool name is never registered twice)."""
+
+    def _tool_set(self, state: RunState) -> tuple[ToolRegistry, list[dict[str, Any]]]:
+        key = (tuple(run_tool_names(state)), len(self.registry))
+        found = self._tool_sets.get(key)
+        if found is None:
+            reg = self.registry.filtered(key[0])
+            found = self._tool_sets[key] = (reg, [t.openai_schema() for t in reg])
+        return found
 
     def run_registry(self, state: RunState) -> ToolRegistry:
         """The run's effective tools: the allowlist, narrowed by selection (S35)."""
-        return self.registry.filtered(run_tool_names(state))
+        return self._tool_set(state)[0]
 
     def schemas(self, state: RunState) -> list[dict[str, Any]]:
-        return [t.openai_schema() for t in self.run_registry(state)]
+        return list(self._tool_set(state)[1])
 
 
 class StepIO(Protocol):
@@ -105,7 +117,10 @@ async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: s
 
 async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """``RunTools`` in one process: every call of the turn concurrently (S11)."""
-    outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
+    if len(state.pending_calls) == 1:  # nothing to run beside it: no task to schedule
+        outcomes = [await run_tool(state, deps, state.pending_calls[0].id)]
+    else:
+        outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
     return await finish_tools(state, deps, io, {o.tool_call_id: o for o in outcomes})
 
 
