@@ -278,7 +278,7 @@ class BatchDriver:
         again). Enqueueing twice is harmless: a step already taken is a no-op for the
         workers and a step in progress holds a lease.
         """
-        from reactq.workers.config import ITERATE
+        from reactq.shared.wire import ITERATE
 
         d = self.dispatcher
         raw = d.redis.hget(d.keys.run(run_id), "status")

@@ -30,7 +30,7 @@ from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
-from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config, message_priorities
+from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 
 
 def check_interrupt(text: str, max_chars: int) -> None:

@@ -31,11 +31,9 @@ from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
+from reactq.shared.wire import DAG_ADVANCE, DAG_START
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
-
-START = "reactq.dag.start"
-ADVANCE = "reactq.dag.advance"
 
 
 def check_plan(request: DagRequest, *, max_steps: int) -> None:
@@ -111,7 +109,7 @@ class DagHandle:
                     self.d.runs.handle(step.run_id).cancel()
                 except RunNotFound:
                     pass  # not created yet: its StartRun sees the DAG's cancel flag
-        self.d.runs.send(ADVANCE, [self.dag_id, None])
+        self.d.runs.send(DAG_ADVANCE, [self.dag_id, None])
 
     def interrupt(self, text: str) -> str:
         """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
@@ -120,7 +118,7 @@ class DagHandle:
         if self.d.store.load(self.dag_id).status in TERMINAL_DAG_STATUSES:
             raise RequestError(f"DAG {self.dag_id} has already ended", field="dag_id")
         msg_id = self.d.store.add_interrupt(self.dag_id, text, limit=s.max_interrupts)
-        self.d.runs.send(ADVANCE, [self.dag_id, None])
+        self.d.runs.send(DAG_ADVANCE, [self.dag_id, None])
         return msg_id
 
 
@@ -157,7 +155,7 @@ class DagDispatcher:
         did, created = self.store.create(dag_id or uuid.uuid4().hex, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key)
         if created:
-            self.runs.send(START, [did])
+            self.runs.send(DAG_START, [did])
         return DagHandle(self, did, created=created)
 
     def handle(self, dag_id: str) -> DagHandle:

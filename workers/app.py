@@ -20,7 +20,7 @@ from celery import Celery
 
 from reactq.shared.settings import Settings
 from reactq.workers import kombufix
-from reactq.workers.config import celery_config
+from reactq.shared.wire import celery_config
 
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 

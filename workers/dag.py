@@ -43,14 +43,24 @@ from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
+from reactq.shared.wire import (
+    DAG_ADVANCE,
+    DAG_ANALYZE,
+    DAG_ANSWER,
+    DAG_PLAN,
+    DAG_RESUME,
+    DAG_START,
+    DAG_STEP_DONE,
+    ITERATE,
+)
+from reactq.shared.wire import RUNS_QUEUE as RUNS
 from reactq.workers import faults
 from reactq.workers.app import app
-from reactq.workers.drive import RUNS
 from reactq.workers.runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
 
-RESUME = "reactq.dag.resume"
+RESUME = DAG_RESUME
 
 
 def send(task: str, args: list[Any], countdown: float | None = None) -> None:
@@ -96,7 +106,7 @@ class DagContext:
             if self.store.cancel_requested(dag_id):
                 # A cancel that looked for this run before it existed found nothing to stop.
                 runs.request_cancel(effect.run_id)
-            send("reactq.iterate", [effect.run_id, 0])
+            send(ITERATE, [effect.run_id, 0])
         elif isinstance(effect, M.CancelRun):
             try:
                 rec = runs.load(effect.run_id)
@@ -104,7 +114,7 @@ class DagContext:
                 return
             if rec.status not in TERMINAL_STATUSES:
                 runs.request_cancel(effect.run_id)
-                send("reactq.iterate", [effect.run_id, rec.step_no])
+                send(ITERATE, [effect.run_id, rec.step_no])
         else:
             send(effect.task, effect.args, effect.countdown)
 
@@ -208,37 +218,37 @@ def _orphaned(ctx: DagContext, member: str) -> bool:
 
 # -- tasks ----------------------------------------------------------------------------------
 
-@app.task(name="reactq.dag.start", ignore_result=True)
+@app.task(name=DAG_START, ignore_result=True)
 def start(dag_id: str) -> None:
-    _locked("reactq.dag.start", dag_id, [dag_id], lambda ctx: drive_start(ctx, dag_id))
+    _locked(DAG_START, dag_id, [dag_id], lambda ctx: drive_start(ctx, dag_id))
 
 
-@app.task(name="reactq.dag.plan", ignore_result=True)
+@app.task(name=DAG_PLAN, ignore_result=True)
 def plan(dag_id: str, round_no: int) -> None:
-    _locked("reactq.dag.plan", dag_id, [dag_id, round_no], lambda ctx: drive_plan(ctx, dag_id, round_no))
+    _locked(DAG_PLAN, dag_id, [dag_id, round_no], lambda ctx: drive_plan(ctx, dag_id, round_no))
 
 
-@app.task(name="reactq.dag.step_done", ignore_result=True)
+@app.task(name=DAG_STEP_DONE, ignore_result=True)
 def step_done(dag_id: str, step_id: str, run_id: str) -> None:
-    _locked("reactq.dag.step_done", dag_id, [dag_id, step_id, run_id],
+    _locked(DAG_STEP_DONE, dag_id, [dag_id, step_id, run_id],
             lambda ctx: drive_reconcile(ctx, dag_id))
 
 
-@app.task(name="reactq.dag.advance", ignore_result=True)
+@app.task(name=DAG_ADVANCE, ignore_result=True)
 def advance(dag_id: str, tick: int | None = None) -> None:
-    _locked("reactq.dag.advance", dag_id, [dag_id, tick],
+    _locked(DAG_ADVANCE, dag_id, [dag_id, tick],
             lambda ctx: drive_reconcile(ctx, dag_id, tick=tick))
 
 
-@app.task(name="reactq.dag.analyze", ignore_result=True)
+@app.task(name=DAG_ANALYZE, ignore_result=True)
 def analyze_task(dag_id: str, round_no: int) -> None:
-    _locked("reactq.dag.analyze", dag_id, [dag_id, round_no],
+    _locked(DAG_ANALYZE, dag_id, [dag_id, round_no],
             lambda ctx: drive_analyze(ctx, dag_id, round_no))
 
 
-@app.task(name="reactq.dag.answer", ignore_result=True)
+@app.task(name=DAG_ANSWER, ignore_result=True)
 def answer(dag_id: str) -> None:
-    _locked("reactq.dag.answer", dag_id, [dag_id], lambda ctx: drive_answer(ctx, dag_id))
+    _locked(DAG_ANSWER, dag_id, [dag_id], lambda ctx: drive_answer(ctx, dag_id))
 
 
 @app.task(name=RESUME, ignore_result=True)
@@ -362,7 +372,7 @@ def _observe(ctx: DagContext, state: DagState, env: M.Env, *, repair: bool) -> M
         elif repair and run["status"] == "queued" and run["events"] == 0 \
                 and not ctx.rt.leases.alive(f"run:{step.run_id}"):
             # Created, but its first task may never have been sent: a duplicate is harmless.
-            t.effects.append(M.Send("reactq.iterate", [step.run_id, 0]))
+            t.effects.append(M.Send(ITERATE, [step.run_id, 0]))
     t += M.schedule(state, env)
     return t
 
