@@ -204,9 +204,10 @@ class DueWatchdog(threading.Thread):
         self.send(TOOL, [m.owner, step_no, m.call_id, call.name], TOOLS_QUEUE)
 
     def _dag(self, member: str, m: Member, died: bool) -> None:
-        from reactq.workers import dag as dag_tasks  # the DAG tasks import this module's users
+        from reactq.workers.dags import drive as dag_drive  # the DAG tasks import this module's users
+        from reactq.workers.dags import tasks as dag_tasks
 
-        ctx = dag_tasks.context()
+        ctx = dag_drive.context()
         try:
             rec = ctx.store.load(m.owner)
         except RunNotFound:
@@ -220,7 +221,7 @@ class DueWatchdog(threading.Thread):
             dag_tasks.give_up(ctx, m.owner, crashes)
             return
         log.info("resending DAG %s%s", m.owner, " (its worker died)" if died else "")
-        dag_tasks.send(DAG_RESUME, [m.owner])
+        dag_drive.send(DAG_RESUME, [m.owner])
 
 
 def _s(v: Any) -> str:
