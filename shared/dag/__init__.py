@@ -16,7 +16,7 @@ Pure parts, importable anywhere (no Redis, no Celery):
 
 The Celery shell is ``workers/dags/`` (``tasks.py``, ``drive.py``); the doors are
 ``dispatcher/dag.py`` (Python), ``dispatcher/http/dags.py`` (HTTP + SSE) and
-``dispatcher/dag_cli.py`` (``reactq dag``).
+``dispatcher/cli/dags.py`` (``reactq dag``).
 """
 
 from .config import DagConfig

@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from reactq.dispatcher.dag import DagDispatcher
-from reactq.dispatcher.dag_cli import UsageError, load_request, steps_table
+from reactq.dispatcher.cli.dags import UsageError, load_request, steps_table
 from reactq.dispatcher.http import errors
 from reactq.dispatcher.http.dags import router
 from reactq.dispatcher.http.gateway import Gateway

@@ -207,7 +207,7 @@ def test_reactq_run_shows_a_wait_for_capacity() -> None:
 
     from rich.console import Console
 
-    from reactq.dispatcher.render import RunRenderer
+    from reactq.dispatcher.cli.render import RunRenderer
     from reactq.shared.events import Event
 
     buf = io.StringIO()
