@@ -18,7 +18,7 @@ import redis
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from reactq.dispatcher.batch import BatchStore
+from reactq.dispatcher.batch.store import BatchStore
 from reactq.dispatcher.http.batches import BatchId
 from reactq.shared.flow.limiter import FlowLimiter
 from reactq.shared.keys import Keys

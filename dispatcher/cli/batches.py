@@ -37,7 +37,7 @@ def batch(
                                                help="stop starting lines once the batch's runs used this many tokens"),
 ) -> None:
     """Run every line of a JSONL file; rerun with the same output file to resume."""
-    from reactq.dispatcher.batch import run_file_batch
+    from reactq.dispatcher.batch.files import run_file_batch
     from reactq.dispatcher.cli.checks import input_file_problem, output_file_problem
 
     if why := input_file_problem(input_file) or output_file_problem(output):
@@ -64,7 +64,7 @@ def batch(
 
 def batch_cancel(batch_id: str = typer.Argument(..., help="the id POST /v1/batches returned")) -> None:
     """Cancel an HTTP batch: its runs are cancelled, lines not started are skipped."""
-    from reactq.dispatcher.batch import BatchStore
+    from reactq.dispatcher.batch.store import BatchStore
 
     d = dispatcher()
     status = d.redis.hget(d.keys.batch(batch_id), "status")

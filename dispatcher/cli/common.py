@@ -33,7 +33,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
 
 def validation_message(exc: ValidationError) -> str:
     """Each bad field with pydantic's message, which states the limit."""
-    from reactq.dispatcher.batch import format_validation
+    from reactq.dispatcher.batch.items import format_validation
 
     return format_validation(exc)
 

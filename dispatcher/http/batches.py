@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from reactq.dispatcher.batch import mark_duplicates, parse_obj, parse_text
+from reactq.dispatcher.batch.items import mark_duplicates, parse_obj, parse_text
 from reactq.dispatcher.http.errors import field_error, not_found
 from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.shared.errors import RequestError

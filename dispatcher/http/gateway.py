@@ -21,7 +21,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from fastapi import Depends, Request
 
-from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name
+from reactq.dispatcher.batch.store import BatchStore, drive_stored_batch, holder_name
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.shared.redisconn import _state_url, async_client, connection_options

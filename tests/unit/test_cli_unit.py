@@ -11,7 +11,8 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from reactq.dispatcher.batch import ResultFile, parse_lines
+from reactq.dispatcher.batch.files import ResultFile
+from reactq.dispatcher.batch.items import parse_lines
 from reactq.dispatcher.cli import app
 from reactq.dispatcher.cli.render import RunRenderer, screenful
 from reactq.shared.events import Event
