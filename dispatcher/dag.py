@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from reactq.dispatcher.client import Dispatcher, check_interrupt
+from reactq.dispatcher.client import Dispatcher, check_interrupt, follow_events
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
@@ -70,19 +70,9 @@ class DagHandle:
         """Yield ``(stream_id, event)`` after ``after`` (None = the start), waiting for new
         ones; stops after ``done`` (or at ``timeout`` seconds, or at once if not
         ``until_done`` and nothing is new)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        cursor = after
-        while True:
-            batch = self.d.store.read_events(self.dag_id, cursor, block_ms=block_ms)
-            for stream_id, event in batch:
-                cursor = stream_id
-                yield stream_id, event
-                if until_done and event.channel == "done":
-                    return
-            if not batch:
-                if not until_done or (deadline is not None and time.monotonic() > deadline):
-                    return
-                self.d.store.load(self.dag_id)  # raises DagNotFound once it expired
+        return follow_events(lambda cursor, block: self.d.store.read_events(self.dag_id, cursor, block_ms=block),
+                             lambda: self.d.store.load(self.dag_id),  # DagNotFound once it expired
+                             after, block_ms=block_ms, until_done=until_done, timeout=timeout)
 
     def result(self, timeout: float | None = None, poll: float = 0.1) -> dict[str, Any]:
         """Wait until the DAG ended; its ``done`` payload. ``TimeoutError`` otherwise."""

@@ -18,9 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
-from reactq.dispatcher.http.errors import conflict, field_error, not_found
-from reactq.dispatcher.http.gateway import Gateway, GatewayDep
-from reactq.dispatcher.http.sse import SSE_HEADERS, check_cursor, event_stream
+from reactq.dispatcher.http.errors import conflict, field_error
+from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.dispatcher.http.sse import events_response
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, public_view
 from reactq.shared.errors import RequestError, TooManyRequests
@@ -69,28 +69,15 @@ def get_dag(dag_id: DagId, gw: GatewayDep) -> Any:
     return public_view(gw.dags.store.load(dag_id))
 
 
-def _ended(gw: Gateway, dag_id: str) -> Any:
-    async def ended() -> bool | None:
-        status = await gw.status_of(gw.keys.dag(dag_id))
-        return None if status is None else status in TERMINAL_DAG_STATUSES
-    return ended
-
-
 @router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
 async def dag_events(dag_id: DagId, gw: GatewayDep,
                      after: str | None = Query(None, description="resume after this stream id"),
                      last_event_id: str | None = Header(None)) -> Any:
     """Server-sent events of the DAG; reconnect with ``Last-Event-ID`` to get what was missed."""
-    cursor = last_event_id or after  # the header is the newer position on a reconnect
-    if (why := check_cursor(cursor)) is not None:
-        return field_error("last-event-id" if last_event_id else "after", why,
-                           where="header" if last_event_id else "query")
-    if await gw.status_of(gw.keys.dag(dag_id)) is None:
-        return not_found(DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"))
-    return StreamingResponse(
-        event_stream(gw.streams, gw.keys.dag_events(dag_id), cursor, _ended(gw, dag_id), gw.keepalive),
-        media_type="text/event-stream", headers=SSE_HEADERS)
+    return await events_response(gw, gw.keys.dag(dag_id), gw.keys.dag_events(dag_id), TERMINAL_DAG_STATUSES,
+                                 DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"),
+                                 after, last_event_id)
 
 
 @router.post("/v1/dags/{dag_id}/cancel", status_code=202)

@@ -10,9 +10,9 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from reactq.dispatcher import threads_http
-from reactq.dispatcher.http.errors import conflict, field_error, not_found
-from reactq.dispatcher.http.gateway import Gateway, GatewayDep
-from reactq.dispatcher.http.sse import SSE_HEADERS, check_cursor, event_stream
+from reactq.dispatcher.http.errors import conflict, field_error
+from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.dispatcher.http.sse import events_response
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
 from reactq.shared.inputs import ID_PATTERN
@@ -62,28 +62,15 @@ def get_run(run_id: RunId, gw: GatewayDep) -> Any:
     return gw.dispatcher.store.status(run_id)
 
 
-def _ended(gw: Gateway, run_id: str) -> Any:
-    async def ended() -> bool | None:
-        status = await gw.status_of(gw.keys.run(run_id))
-        return None if status is None else status in TERMINAL_STATUSES
-    return ended
-
-
 @router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
 async def run_events(run_id: RunId, gw: GatewayDep,
                      after: str | None = Query(None, description="resume after this stream id"),
                      last_event_id: str | None = Header(None)) -> Any:
     """Server-sent events; reconnect with ``Last-Event-ID`` to get exactly what was missed."""
-    cursor = last_event_id or after  # the header is the newer position on a reconnect
-    if (why := check_cursor(cursor)) is not None:
-        return field_error("last-event-id" if last_event_id else "after", why,
-                           where="header" if last_event_id else "query")
-    if await gw.status_of(gw.keys.run(run_id)) is None:
-        return not_found(RunNotFound(f"no run with id {run_id!r} (it may have expired)"))
-    return StreamingResponse(
-        event_stream(gw.streams, gw.keys.run_events(run_id), cursor, _ended(gw, run_id), gw.keepalive),
-        media_type="text/event-stream", headers=SSE_HEADERS)
+    return await events_response(gw, gw.keys.run(run_id), gw.keys.run_events(run_id), TERMINAL_STATUSES,
+                                 RunNotFound(f"no run with id {run_id!r} (it may have expired)"),
+                                 after, last_event_id)
 
 
 @router.post("/v1/runs/{run_id}/interrupts", status_code=202)

@@ -50,6 +50,25 @@ class LLM(Protocol):
                     **options: Unpack[StreamOptions]) -> AsyncIterator[StreamChunk]: ...
 
 
+class DelegatingLLM:
+    """What every ``LLM`` that wraps another (tracing, metering, flow control) shares: ``name``,
+    ``abilities`` and ``context_size`` are the wrapped model's own (the same objects), and any
+    other attribute (``model``, ``base_url``, …) is read through. Subclasses add ``chat`` and
+    ``stream_chat``."""
+
+    def __init__(self, inner: LLM) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.abilities = inner.abilities
+        self.context_size = inner.context_size
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r})"
+
+
 def ability(llm: LLM, key: str, default: bool = False) -> bool:
     """``llm.abilities[key]`` with a default for a missing key (SPEC §0.1)."""
     return bool(llm.abilities.get(key, default))
