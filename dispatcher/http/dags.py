@@ -13,17 +13,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from reactq.dispatcher.http.errors import conflict, field_error
-from reactq.dispatcher.http.gateway import GatewayDep, IdPath, InterruptIn
+from reactq.dispatcher.http.errors import field_error, interrupt_reply
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, public_view
-from reactq.shared.errors import RequestError, TooManyRequests
+from reactq.shared.errors import RequestError
 from reactq.shared.requests import DagRequest
 
 __all__ = ["router"]
@@ -60,9 +60,8 @@ def get_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
 
 @router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def dag_events(dag_id: IdPath, gw: GatewayDep,
-                     after: str | None = Query(None, description="resume after this stream id"),
-                     last_event_id: str | None = Header(None)) -> Any:
+async def dag_events(dag_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+                     last_event_id: LastEventId = None) -> Any:
     """Server-sent events of the DAG; reconnect with ``Last-Event-ID`` to get what was missed."""
     return await events_response(gw, gw.keys.dag(dag_id), gw.keys.dag_events(dag_id), TERMINAL_DAG_STATUSES,
                                  DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"),
@@ -80,11 +79,4 @@ def cancel_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
 @router.post("/v1/dags/{dag_id}/interrupts", status_code=202)
 def interrupt_dag(dag_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
-    try:
-        return {"id": gw.dags.handle(dag_id).interrupt(body.content)}
-    except TooManyRequests:
-        raise
-    except RequestError as exc:
-        if exc.field == "dag_id":
-            return conflict(str(exc))
-        return field_error(exc.field, str(exc))
+    return interrupt_reply(lambda: gw.dags.handle(dag_id).interrupt(body.content), "dag_id")

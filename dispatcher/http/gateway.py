@@ -19,7 +19,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from fastapi import Depends, Path, Request
+from fastapi import Depends, Header, Path, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from reactq.dispatcher.batch.store import BatchStore, drive_stored_batch, holder_name
@@ -149,6 +149,11 @@ GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 #: A run, DAG or batch id in a path, checked before it is used to build a Redis key
 #: (``ID:events`` is a 422, not a read).
 IdPath = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+
+
+#: An SSE route's cursor: ``?after=`` or, on a reconnect, the ``Last-Event-ID`` header.
+AfterQuery = Annotated[str | None, Query(description="resume after this stream id")]
+LastEventId = Annotated[str | None, Header()]
 
 
 class InterruptIn(BaseModel):

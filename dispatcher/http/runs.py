@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from reactq.dispatcher import threads_http
-from reactq.dispatcher.http.errors import conflict, field_error
-from reactq.dispatcher.http.gateway import GatewayDep, IdPath, InterruptIn
+from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
+from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
 
 router = APIRouter(tags=["runs"])
@@ -53,9 +53,8 @@ def get_run(run_id: IdPath, gw: GatewayDep) -> Any:
 
 @router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def run_events(run_id: IdPath, gw: GatewayDep,
-                     after: str | None = Query(None, description="resume after this stream id"),
-                     last_event_id: str | None = Header(None)) -> Any:
+async def run_events(run_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+                     last_event_id: LastEventId = None) -> Any:
     """Server-sent events; reconnect with ``Last-Event-ID`` to get exactly what was missed."""
     return await events_response(gw, gw.keys.run(run_id), gw.keys.run_events(run_id), TERMINAL_STATUSES,
                                  RunNotFound(f"no run with id {run_id!r} (it may have expired)"),
@@ -68,14 +67,7 @@ def interrupt_run(run_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
     status = gw.dispatcher.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
         return conflict(f"run {run_id} has already ended ({status})")
-    try:
-        return {"id": gw.dispatcher.handle(run_id).interrupt(body.content)}
-    except TooManyRequests:
-        raise
-    except RequestError as exc:
-        if exc.field == "run_id":
-            return conflict(str(exc))
-        return field_error(exc.field, str(exc))
+    return interrupt_reply(lambda: gw.dispatcher.handle(run_id).interrupt(body.content), "run_id")
 
 
 @router.post("/v1/runs/{run_id}/cancel", status_code=202)
