@@ -24,6 +24,7 @@ from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
+from reactq.shared.idempotency import claim
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
@@ -137,8 +138,8 @@ class RunStore:
         ``runs:status:queued`` and, when given, the batch's and thread's sets) and the
         idempotency key live in different slots of a Redis Cluster, so no one script may write
         them all (see ``keys.py``). The order makes a submitter killed half-way harmless: the
-        run and its index rows are written first, the key claimed last (``SET NX``), so a key
-        never points at no run; a submitter that loses the key to an earlier one removes the
+        run and its index rows are written first, the key claimed last (``SET NX``, in
+        ``reactq.shared.idempotency``), so a key never points at no run; a submitter that loses the key to an earlier one removes the
         run it wrote, and one killed before claiming it leaves a queued run nobody enqueued,
         as a kill before enqueueing always did (the listing skips rows whose run is gone).
         """
@@ -166,19 +167,16 @@ class RunStore:
         pipe.execute()
         if idempotency_key is None:
             return run_id, True
-        idem = self.keys.idem(idempotency_key)
-        existing = None
-        while existing is None:  # the key may expire between SET NX and GET: claim again
-            if self.r.set(idem, run_id, nx=True, ex=self._index_ttl):
-                return run_id, True
-            existing = self.r.get(idem)
+        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        if existing is None:
+            return run_id, True
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(key)
         pipe.zrem(self.keys.runs, run_id)
         pipe.zrem(self.keys.runs_status("queued"), run_id)
         pipe.zrem(self.keys.due, run_member(run_id))
         pipe.execute()
-        return text(existing), False
+        return existing, False
 
     def load(self, run_id: str) -> RunRecord:
         raw = self.r.hgetall(self.keys.run(run_id))

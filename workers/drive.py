@@ -28,6 +28,7 @@ from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
 from reactq.shared.errors import RateLimited
+from reactq.shared.wire import ANSWER, DAG_STEP_DONE, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import faults, flow, metrics, threads
 from reactq.workers.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
@@ -35,10 +36,7 @@ from reactq.workers.runtime import Runtime
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, list[Any], str], None]
-RUNS, TOOLS = "reactq.runs", "reactq.tools"
-ITERATE, TOOL, ANSWER = "reactq.iterate", "reactq.tool", "reactq.answer"
-#: Sent when a run that is a DAG step ends (its request metadata carries ``_dag``).
-DAG_STEP_DONE = "reactq.dag.step_done"
+RUNS, TOOLS = RUNS_QUEUE, TOOLS_QUEUE
 
 
 class StoreIO:

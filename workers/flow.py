@@ -39,7 +39,7 @@ from reactq.shared.llm.base import LLM
 from reactq.shared.due import run_member
 from reactq.shared.redisconn import broker_url
 from reactq.shared.settings import Settings
-from reactq.workers.config import message_priorities
+from reactq.shared.wire import message_priorities
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime

@@ -266,5 +266,5 @@ def metered_registry(registry: ModelRegistry, recorder: Recorder) -> ModelRegist
 
 
 def record_tool(rt: Runtime, outcome: ToolOutcome) -> None:
-    """A tool call this worker just executed (called where ``drive.tool`` records it)."""
+    """A tool call this worker just executed (called where ``toolcall.tool`` records it)."""
     Recorder(rt.redis, rt.keys).tool(outcome)

@@ -21,11 +21,11 @@ from reactq.shared.threads import (
     not_started,
     run_thread,
 )
+from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-ITERATE, RUNS = "reactq.iterate", "reactq.runs"
 
 
 def thread_store(rt: Runtime) -> ThreadStore:
@@ -73,7 +73,7 @@ def ended(rt: Runtime, state: RunState, send: Any) -> None:
     nxt = end_of_run(thread_store(rt), rt.store, state.thread_id, state)
     if nxt is not None and nxt != state.run_id and not_started(rt.store, nxt):
         arm_first_step(rt.redis, rt.keys, nxt, handoff_grace(rt.settings.lease_seconds))
-        send(ITERATE, [nxt, 0], RUNS)
+        send(ITERATE, [nxt, 0], RUNS_QUEUE)
 
 
 def handoff_grace(lease_seconds: float) -> float:

@@ -15,7 +15,8 @@ from reactq.shared.engine.state import ToolOutcome
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.models import ToolCallRequest
 from reactq.workers import drive, metrics
-from reactq.workers.drive import ITERATE, RUNS, TOOL, TOOLS, Send
+from reactq.shared.wire import ITERATE, TOOL
+from reactq.workers.drive import RUNS, TOOLS, Send
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -178,7 +178,8 @@ def test_an_http_batch_files_its_runs_under_its_id(redis_url, keys, r):
     """The batch driver submits with the batch id: GET /v1/runs?batch_id= lists its runs."""
     import threading
 
-    from reactq.dispatcher.batch import BatchDriver, parse_obj
+    from reactq.dispatcher.batch.driver import BatchDriver
+    from reactq.dispatcher.batch.items import parse_obj
     from reactq.dispatcher.client import Dispatcher
 
     d = Dispatcher(Settings(redis_url=redis_url, key_prefix=keys.prefix))

@@ -190,7 +190,7 @@ def test_registry_entries_take_the_three_limits_and_refuse_nonsense(tmp_path) ->
 def test_run_requests_take_priority_and_token_budget() -> None:
     from pydantic import ValidationError
 
-    from reactq.dispatcher.batch import parse_obj
+    from reactq.dispatcher.batch.items import parse_obj
     from reactq.shared.requests import RunRequest
 
     assert RunRequest(query="q").priority == "interactive"
@@ -207,7 +207,7 @@ def test_reactq_run_shows_a_wait_for_capacity() -> None:
 
     from rich.console import Console
 
-    from reactq.dispatcher.render import RunRenderer
+    from reactq.dispatcher.cli.render import RunRenderer
     from reactq.shared.events import Event
 
     buf = io.StringIO()

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,16 +51,44 @@ def test_shared_never_imports_the_shells():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
-def test_the_dispatcher_uses_workers_only_for_names_and_configuration():
-    allowed = {"reactq.workers.config"}
+def test_the_dispatcher_imports_no_worker_code():
+    """Task names, queues and the Celery config are in ``shared/wire.py``: the dispatcher
+    sends by name and needs nothing from ``workers/``."""
     for path in (ROOT / "dispatcher").rglob("*.py"):
-        bad = {n for n in _imports(path) if _top(n) == "workers" and n not in allowed}
+        bad = {n for n in _imports(path) if _top(n) == "workers"}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+#: What a gateway host must not load: worker code, tool implementations (built-ins, MCP, the
+#: registry loader) and hook implementations. The tool and hook *types* are the public API.
+GATEWAY_FORBIDDEN = ("reactq.workers", "reactq.shared.tools.builtins", "reactq.shared.tools.mcp",
+                     "reactq.shared.tools.loader", "reactq.shared.tools.http_fetch", "mcp",
+                     "reactq.shared.hooks.builtins", "reactq.shared.hooks.loader")
+
+_LOADED = """
+import json, sys
+import reactq.dispatcher.http
+from reactq.dispatcher.http import create_app
+from reactq.shared.settings import Settings
+create_app(Settings(redis_url="redis://127.0.0.1:1/0"))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_gateway_loads_no_worker_tool_or_hook_module(tmp_path):
+    """Importing the gateway and building its app, in a fresh interpreter (this one has
+    loaded everything), loads none of ``GATEWAY_FORBIDDEN``."""
+    out = subprocess.run([sys.executable, "-c", _LOADED], capture_output=True, text=True, check=True,
+                         cwd=tmp_path, timeout=60).stdout
+    loaded = json.loads(out.splitlines()[-1])
+    assert "reactq.dispatcher.http.runs" in loaded  # the probe saw the gateway itself
+    bad = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in GATEWAY_FORBIDDEN)]
+    assert not bad, f"importing the gateway loaded {bad}"
 
 
 def test_celery_accepts_json_only():
     from reactq.shared.settings import Settings
-    from reactq.workers.config import celery_config
+    from reactq.shared.wire import celery_config
 
     conf = celery_config(Settings(redis_url="redis://127.0.0.1:1/0"))
     assert conf["accept_content"] == ["json"]
