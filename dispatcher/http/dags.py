@@ -89,7 +89,8 @@ async def dag_events(dag_id: DagId, gw: GatewayDep,
     if await gw.status_of(gw.keys.dag(dag_id)) is None:
         return not_found(DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"))
     return StreamingResponse(
-        event_stream(gw.streams, gw.keys.dag_events(dag_id), cursor, _ended(gw, dag_id), gw.keepalive),
+        event_stream(gw.hub, gw.aredis, gw.keys.dag_events(dag_id), cursor, _ended(gw, dag_id),
+                     gw.keepalive),
         media_type="text/event-stream", headers=SSE_HEADERS)
 
 

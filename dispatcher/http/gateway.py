@@ -1,9 +1,10 @@
 """What the routes share (``Gateway``) and the one FastAPI dependency that hands it out.
 
-Two async Redis clients: ``aredis`` for short commands and ``streams`` for the blocking
-``XREAD`` of SSE watchers. The latter has no socket timeout shorter than a keep-alive spell
-(a quiet stream must not be cut) and a pool sized for ``REACTQ_SSE_MAX_CLIENTS`` watchers.
-Batch drivers run in their own thread pool so they never starve the default executor.
+Two async Redis clients: ``aredis`` for short commands (and SSE backlogs) and ``streams`` for
+the blocking ``XREAD`` of the shared stream readers (``hub``: a few reads for every watcher of
+the process, not one per watcher). The latter has no socket timeout shorter than a keep-alive
+spell (a quiet stream must not be cut). Batch drivers run in their own thread pool so they
+never starve the default executor.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from fastapi import Depends, Request
 from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.dag import DagDispatcher
+from reactq.dispatcher.http.hub import StreamHub
 from reactq.shared.redisconn import _state_url, async_client, connection_options
 from reactq.shared.settings import Settings
 
@@ -53,6 +55,7 @@ class Gateway:
         self._dags = dags
         self._aredis = aredis
         self._streams: aioredis.Redis | None = aredis
+        self._hub: StreamHub | None = None
         self.stop = threading.Event()
         self.tasks: set[asyncio.Future[Any]] = set()
         self.holder = holder_name()
@@ -84,6 +87,16 @@ class Gateway:
             self._streams = self._client(max_connections=self.max_watchers, timeout=5,
                                          socket_timeout=self.keepalive + 10)
         return self._streams
+
+    @property
+    def hub(self) -> StreamHub:
+        """The shared stream readers of the running event loop (a test client may run each
+        request on a loop of its own; a reader lives on one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._hub is None or self._hub.loop is not loop:
+            self._hub = StreamHub(self.streams, cluster=self.settings.redis_cluster,
+                                  block_ms=max(1, int(self.keepalive * 1000)))
+        return self._hub
 
     def _client(self, *, max_connections: int, timeout: float, socket_timeout: float) -> aioredis.Redis:
         """A client over a blocking pool (a burst of watchers waits for a connection instead
@@ -128,6 +141,8 @@ class Gateway:
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=5)
         self.batch_pool.shutdown(wait=False)
+        if self._hub is not None:
+            await self._hub.close()
         for client in {id(c): c for c in (self._aredis, self._streams) if c is not None}.values():
             await client.aclose()
 

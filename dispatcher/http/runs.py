@@ -82,7 +82,7 @@ async def run_events(run_id: RunId, gw: GatewayDep,
     if await gw.status_of(gw.keys.run(run_id)) is None:
         return not_found(RunNotFound(f"no run with id {run_id!r} (it may have expired)"))
     return StreamingResponse(
-        event_stream(gw.streams, gw.keys.run_events(run_id), cursor, _ended(gw, run_id), gw.keepalive),
+        event_stream(gw.hub, gw.aredis, gw.keys.run_events(run_id), cursor, _ended(gw, run_id), gw.keepalive),
         media_type="text/event-stream", headers=SSE_HEADERS)
 
 
