@@ -86,11 +86,11 @@ async def dag_events(dag_id: DagId, gw: GatewayDep,
     if (why := check_cursor(cursor)) is not None:
         return field_error("last-event-id" if last_event_id else "after", why,
                            where="header" if last_event_id else "query")
-    if await gw.status_of(gw.keys.dag(dag_id)) is None:
+    ended, key = _ended(gw, dag_id), gw.keys.dag_events(dag_id)
+    if await gw.hub.ended(key, ended) is None:  # shared with the stream's own first check
         return not_found(DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"))
     return StreamingResponse(
-        event_stream(gw.hub, gw.aredis, gw.keys.dag_events(dag_id), cursor, _ended(gw, dag_id),
-                     gw.keepalive),
+        event_stream(gw.hub, gw.aredis, key, cursor, ended, gw.keepalive),
         media_type="text/event-stream", headers=SSE_HEADERS)
 
 

@@ -41,8 +41,12 @@ READERS = 4
 COUNT = 500
 #: Entries a watcher's queue holds before it is dropped and the watcher re-reads from Redis.
 QUEUE_LIMIT = 10_000
+#: Watchers woken per turn of the event loop (``_Waker``).
+WAKE_BATCH = 32
 #: How long one status check answers every watcher of a stream that went quiet.
 ENDED_TTL = 1.0
+#: Status checks kept before the stale ones are dropped.
+ENDED_KEEP = 1024
 
 StreamId = tuple[int, int]
 Ended = Callable[[], Awaitable[bool | None]]
@@ -73,13 +77,14 @@ def to_entry(raw_id: bytes | str, fields: dict[Any, Any]) -> Entry:
 class Watcher:
     """One SSE client's queue of the entries the reader read since it subscribed."""
 
-    __slots__ = ("key", "entries", "behind", "error", "_waiter")
+    __slots__ = ("key", "entries", "behind", "error", "queued", "_waiter")
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.entries: deque[Entry] = deque()
         self.behind = False
         self.error: BaseException | None = None
+        self.queued = False  # in the waker's queue
         self._waiter: asyncio.Future[None] | None = None
 
     def push(self, entry: Entry) -> None:
@@ -90,13 +95,12 @@ class Watcher:
             self.behind = True
         else:
             self.entries.append(entry)
-        self._wake()
 
-    def fail(self, exc: BaseException) -> None:
-        self.error = exc
-        self._wake()
+    @property
+    def waiting(self) -> bool:
+        return self._waiter is not None and not self._waiter.done()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -121,6 +125,40 @@ class Watcher:
         return out
 
 
+class _Waker:
+    """Wakes waiting watchers, at most ``WAKE_BATCH`` per turn of the event loop.
+
+    Why: one event of ten runs watched a hundred times each wakes a thousand tasks. Woken in
+    one turn, they would run back to back before the loop looks at its sockets again, and a
+    ``/healthz`` request (read in the next turn) would wait for all of them. In batches, the
+    loop polls its sockets between every batch; the frames are sent just as fast in total.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: deque[Watcher] = deque()
+        self.scheduled = False
+
+    def add(self, w: Watcher) -> None:
+        if w.queued or not w.waiting:
+            return  # a watcher busy sending takes its entries when it next waits
+        w.queued = True
+        self.queue.append(w)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self._run)
+
+    def _run(self) -> None:
+        for _ in range(min(WAKE_BATCH, len(self.queue))):
+            w = self.queue.popleft()
+            w.queued = False
+            w.wake()
+        if self.queue:
+            self.loop.call_soon(self._run)  # the next batch after the loop polled its sockets
+        else:
+            self.scheduled = False
+
+
 @dataclass
 class _Group:
     """The keys one reader reads (key → last id read) and their watchers."""
@@ -141,6 +179,7 @@ class StreamHub:
         self.readers = readers
         self.loop = asyncio.get_running_loop()
         self._groups: dict[int, _Group] = {}
+        self._waker = _Waker(self.loop)
         self._ended: dict[str, tuple[float, asyncio.Future[bool | None]]] = {}
 
     def _gid(self, key: str) -> int:
@@ -188,14 +227,22 @@ class StreamHub:
             del self._groups[gid]
 
     async def ended(self, key: str, check: Ended) -> bool | None:
-        """``check()`` once for every watcher of ``key`` that went quiet within ``ENDED_TTL``."""
+        """``check()`` once for the watchers of ``key`` that open or go quiet within ``ENDED_TTL``
+        of each other (a thousand watchers opening at once cost a few reads, not a thousand).
+        A stale answer is harmless: ``False`` only delays a check by a keep-alive (the ``done``
+        comes through the reader anyway) and ``True`` does not change back."""
         now = self.loop.time()
         hit = self._ended.get(key)
         if hit is None or now - hit[0] > ENDED_TTL or _failed(hit[1]):
+            if len(self._ended) >= ENDED_KEEP:  # checks of streams no one went on to watch
+                self._ended = {k: v for k, v in self._ended.items() if now - v[0] <= ENDED_TTL}
             hit = (now, asyncio.ensure_future(check()))
             self._ended[key] = hit
         # shield: a watcher that goes away must not cancel the check the others wait for
-        return await asyncio.shield(hit[1])
+        state = await asyncio.shield(hit[1])
+        if state is None and self._ended.get(key) is hit:
+            del self._ended[key]  # "no such stream" is not kept: it may be created any time
+        return state
 
     async def close(self) -> None:
         tasks = [g.task for g in self._groups.values() if g.task is not None and not g.task.done()]
@@ -242,15 +289,17 @@ class StreamHub:
                 continue  # no one watches it any more
             entries = [to_entry(i, f) for i, f in raw_entries]
             g.cursors[key] = entries[-1].id
-            for w in list(g.watchers.get(key, ())):
+            for w in g.watchers.get(key, ()):
                 for e in entries:
                     w.push(e)
+                self._waker.add(w)
 
     def _fail(self, g: _Group, exc: BaseException) -> None:
         g.cursors.clear()
         for subs in g.watchers.values():
             for w in subs:
-                w.fail(exc)
+                w.error = exc
+                self._waker.add(w)
 
 
 def _retrieve(task: asyncio.Task[Any]) -> None:

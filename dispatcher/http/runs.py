@@ -79,10 +79,11 @@ async def run_events(run_id: RunId, gw: GatewayDep,
     if (why := check_cursor(cursor)) is not None:
         return field_error("last-event-id" if last_event_id else "after", why,
                            where="header" if last_event_id else "query")
-    if await gw.status_of(gw.keys.run(run_id)) is None:
+    ended, key = _ended(gw, run_id), gw.keys.run_events(run_id)
+    if await gw.hub.ended(key, ended) is None:  # shared with the stream's own first check
         return not_found(RunNotFound(f"no run with id {run_id!r} (it may have expired)"))
     return StreamingResponse(
-        event_stream(gw.hub, gw.aredis, gw.keys.run_events(run_id), cursor, _ended(gw, run_id), gw.keepalive),
+        event_stream(gw.hub, gw.aredis, key, cursor, ended, gw.keepalive),
         media_type="text/event-stream", headers=SSE_HEADERS)
 
 
