@@ -299,7 +299,7 @@ class BatchDriver:
         for rid in ids:
             pipe.hmget(d.keys.run(rid), "status", "result")
         out = []
-        for rid, (status, result) in zip(ids, pipe.execute()):
+        for rid, (status, result) in zip(ids, pipe.execute(), strict=True):
             if status is None:  # expired (or deleted) before we saw it end
                 out.append((rid, None, "failed"))
                 continue

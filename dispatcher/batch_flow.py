@@ -42,7 +42,7 @@ class BatchFlow:
         pipe = d.redis.pipeline(transaction=False)
         for rid in ids:
             pipe.hget(d.keys.run(rid), SPENT_FIELD)
-        for rid, raw in zip(ids, pipe.execute()):
+        for rid, raw in zip(ids, pipe.execute(), strict=True):
             n = int(raw or 0)
             if rid in finished:
                 self.spent_done += n

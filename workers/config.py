@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kombu import Queue
+from kombu.entity import Queue
 
 from reactq.shared.redisconn import broker_ssl, broker_url
 from reactq.shared.settings import Settings

@@ -35,16 +35,15 @@ from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry
+from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+    FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
+)
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
-    FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
-)
 
 
 def bucket_for(family: Family, value: float) -> str:

@@ -29,11 +29,12 @@ class Channel(kombu_redis.Channel):
     _reactq_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        base: Any = super()  # kombu has no type hints
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return base._create_client(asynchronous=True)
         client = self._reactq_client
         if client is None or client.connection_pool is not self.pool:
-            client = self._reactq_client = super()._create_client()
+            client = self._reactq_client = base._create_client()
         return client
 
 

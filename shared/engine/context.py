@@ -14,7 +14,7 @@ import json
 import weakref
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from reactq.shared.llm.base import LLM
@@ -284,6 +284,14 @@ def _content_tokens(content: str | list[dict[str, Any]] | None) -> int:
     )
 
 
+def _forget(key: int) -> Callable[[Any], None]:
+    """The weakref callback that drops a collected message's entry."""
+    def drop(_ref: Any) -> None:
+        _TOKENS.pop(key, None)
+
+    return drop
+
+
 def _message_tokens(message: ChatMessage) -> int:
     """One message's estimate. Tool-call arguments count: they are sent too.
 
@@ -299,7 +307,7 @@ def _message_tokens(message: ChatMessage) -> int:
     tokens = MESSAGE_OVERHEAD + _content_tokens(message.content)
     for call in message.tool_calls or ():
         tokens += estimate_tokens(call.name + json.dumps(call.arguments, ensure_ascii=False))
-    ref = entry[3] if entry is not None else weakref.ref(message, lambda _, k=key: _TOKENS.pop(k, None))
+    ref = entry[3] if entry is not None else weakref.ref(message, _forget(key))
     _TOKENS[key] = (message.content, message.tool_calls, tokens, ref)
     return tokens
 

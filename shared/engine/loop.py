@@ -305,14 +305,14 @@ def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupt
     calls = state.pending_calls + state.refused_calls
     outcomes = {**outcomes, **turncap.refused_outcomes(state, config.max_tool_calls_per_turn, now)}
     ordered = [outcomes[c.id] for c in calls]
-    for call, out in zip(calls, ordered):
+    for call, out in zip(calls, ordered, strict=True):
         text = llm_observation(out)
         if state.mode == "native":
             state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
         else:
             state.messages.append(ChatMessage(role="user", content=f"Observation: {text}"))
         _record_step(state, call, out, config)
-    events = [_iteration_done(state, c, o, now) for c, o in zip(calls, ordered)]
+    events = [_iteration_done(state, c, o, now) for c, o in zip(calls, ordered, strict=True)]
     state.tool_call_count += 1 if state.mode == "native" else len(calls)
     for warning in _cycle_warnings(state, calls, config):
         state.messages.append(ChatMessage(role="user", content=warning))

@@ -8,7 +8,6 @@ import uuid
 from typing import Any
 
 import pytest
-import redis
 
 from reactq.shared.engine import loop
 from reactq.shared.engine.state import RunState
@@ -91,7 +90,7 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
     live = st.model_copy(deep=True)
     rt.store.publish(rid, [loop.emit(live, "step", type="thinking", status="start", iteration=1),
                            loop.emit(live, "phase", phase="x")])
-    for crash in range(2):
+    for _ in range(2):
         # A holder took the lease and died: its record stays, its key expires.
         rt.redis.hset(rt.keys.lease_tasks_for("run:d3"), "run:d3", '{"task": "reactq.iterate"}')
         time.sleep(0.6)

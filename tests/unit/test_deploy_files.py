@@ -50,7 +50,7 @@ def check_reactq(argv: list[str]) -> None:
     import typer.main
 
     # typer's group (its own vendored click in newer releases): read its commands by name.
-    commands: dict[str, Any] = getattr(typer.main.get_command(cli.app), "commands")
+    commands: dict[str, Any] = typer.main.get_command(cli.app).commands
     sub = argv[1]
     assert sub in commands, f"`reactq {sub}` is not a command of dispatcher/cli.py"
     options = _option_names(commands[sub])

@@ -564,7 +564,7 @@ async def test_duplicate_or_empty_native_call_ids_still_run_every_call() -> None
     second = out.loop_calls()[1].messages
     assistant = second[2]
     assert [c.id for c in assistant.tool_calls or []] == ids
-    assert [(m.tool_call_id, m.content) for m in second[3:]] == list(zip(ids, "abcd"))
+    assert [(m.tool_call_id, m.content) for m in second[3:]] == list(zip(ids, "abcd", strict=False))
 
 
 async def test_a_call_id_reused_in_a_later_turn_gets_a_fresh_id() -> None:

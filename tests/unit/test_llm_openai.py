@@ -6,7 +6,6 @@ import asyncio
 import pickle
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
