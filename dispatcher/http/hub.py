@@ -266,7 +266,7 @@ class StreamHub:
     async def _read_loop(self, g: _Group) -> None:
         while g.cursors:
             g.wake = self.loop.create_future()
-            read = self.loop.create_task(self.redis.xread(dict(g.cursors), block=self.block_ms, count=COUNT))
+            read = self.loop.create_task(self._xread(dict(g.cursors)))
             try:
                 await asyncio.wait((read, g.wake), return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -281,6 +281,9 @@ class StreamHub:
                 self._fail(g, exc)
                 return
             self._deliver(g, _pairs(read.result()))
+
+    async def _xread(self, streams: dict[str, str]) -> Any:
+        return await self.redis.xread(dict(streams), block=self.block_ms, count=COUNT)  # type: ignore[arg-type]
 
     def _deliver(self, g: _Group, replies: Iterable[tuple[Any, list[Any]]]) -> None:
         for raw_key, raw_entries in replies:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
 import redis
 import redis.asyncio as aioredis
@@ -42,7 +43,7 @@ async def _backlog(r: aioredis.Redis, key: str, cursor: str | None) -> tuple[lis
     """Every entry after ``cursor`` (paged) and the id of the last one (``cursor`` if none)."""
     out: list[Entry] = []
     while True:
-        raw = await r.xrange(key, min=f"({cursor}" if cursor else "-", count=PAGE)
+        raw: list[Any] = await r.xrange(key, min=f"({cursor}" if cursor else "-", count=PAGE) or []
         out.extend(to_entry(i, f) for i, f in raw)
         if out:
             cursor = out[-1].id
