@@ -17,6 +17,9 @@ stream is read once, each entry framed once, and the frame handed to every watch
 * **Slow clients.** A queue holds at most ``QUEUE_LIMIT`` entries; past that it is dropped
   and the watcher marked ``behind``: it re-reads from Redis after its last sent id (the same
   rule as the first backlog), so memory stays bounded and nothing is lost.
+* **Pacing.** Watchers with something new are woken ``WAKE_BATCH`` per turn of the loop
+  (``_Waker``), and those that waited for one shared status check go on through the loop's
+  ``Pacer``: a thousand tasks resumed in one turn would hold the loop for the whole turn.
 * **Failures.** A reader whose ``XREAD`` fails hands the error to every watcher of its group
   (the SSE generator ends the response cleanly; clients resume with ``Last-Event-ID``).
 """
@@ -33,6 +36,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.crc import key_slot
 
+from reactq.dispatcher.http.pacing import loop_pacer
 from reactq.shared.events import Event
 
 #: Reader groups on a standalone Redis.
@@ -238,8 +242,12 @@ class StreamHub:
                 self._ended = {k: v for k, v in self._ended.items() if now - v[0] <= ENDED_TTL}
             hit = (now, asyncio.ensure_future(check()))
             self._ended[key] = hit
-        # shield: a watcher that goes away must not cancel the check the others wait for
-        state = await asyncio.shield(hit[1])
+        if not hit[1].done():
+            # shield: a watcher that goes away must not cancel the check the others wait for
+            await asyncio.shield(hit[1])
+            # All that waited for it wake in one turn: go on a few per turn (``pacing``).
+            await loop_pacer().admit()
+        state = hit[1].result()
         if state is None and self._ended.get(key) is hit:
             del self._ended[key]  # "no such stream" is not kept: it may be created any time
         return state
