@@ -119,7 +119,9 @@ class Watcher:
                 await self._waiter
             return True
         except TimeoutError:
-            return False
+            # Entries pushed while it waited its turn in the waker count: a quiet spell that
+            # ends with something to send is not quiet (no status check, no re-read).
+            return bool(self.entries or self.behind or self.error is not None)
         finally:
             self._waiter = None
 
