@@ -65,7 +65,8 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         try:
             await gw.resume_batches()
-        except (redis.RedisError, OSError, ConfigError) as exc:
+        except (redis.RedisError, redis.exceptions.RedisClusterException, OSError, ConfigError) as exc:
+            # Liveness does not need Redis: the gateway starts and /readyz says what is missing.
             log.warning("could not look for unfinished batches: %s", exc)
         _freeze_startup_objects()
         yield

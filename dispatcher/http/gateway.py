@@ -103,7 +103,10 @@ class Gateway:
         of a 503), with the TLS/ACL options of the settings; a Redis Cluster client in
         cluster mode (its pools are per node)."""
         if self.settings.redis_cluster:
-            return async_client(self.settings, socket_timeout=socket_timeout, socket_connect_timeout=2)
+            # Per node; the cluster client raises past it (no waiting), and a blocked XREAD of
+            # each watched run (one slot each) holds one: at least its default of 100.
+            return async_client(self.settings, socket_timeout=socket_timeout, socket_connect_timeout=2,
+                                max_connections=max(max_connections, 100))
         url = _state_url(self.settings)
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=timeout, socket_timeout=socket_timeout,

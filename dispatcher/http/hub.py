@@ -47,6 +47,9 @@ COUNT = 500
 QUEUE_LIMIT = 10_000
 #: Watchers woken per turn of the event loop (``_Waker``).
 WAKE_BATCH = 32
+#: Short reads (backlogs, status checks) of the SSE path in flight at once: a burst of opens
+#: waits its turn instead of exhausting a connection pool (a Redis Cluster client raises).
+READS = 32
 #: How long one status check answers every watcher of a stream that went quiet.
 ENDED_TTL = 1.0
 #: Status checks kept before the stale ones are dropped.
@@ -186,6 +189,7 @@ class StreamHub:
         self.loop = asyncio.get_running_loop()
         self._groups: dict[int, _Group] = {}
         self._waker = _Waker(self.loop)
+        self.reads = asyncio.Semaphore(READS)
         self._ended: dict[str, tuple[float, asyncio.Future[bool | None]]] = {}
 
     def _gid(self, key: str) -> int:
@@ -242,7 +246,7 @@ class StreamHub:
         if hit is None or now - hit[0] > ENDED_TTL or _failed(hit[1]):
             if len(self._ended) >= ENDED_KEEP:  # checks of streams no one went on to watch
                 self._ended = {k: v for k, v in self._ended.items() if now - v[0] <= ENDED_TTL}
-            hit = (now, asyncio.ensure_future(check()))
+            hit = (now, asyncio.ensure_future(self._check(check)))
             self._ended[key] = hit
         if not hit[1].done():
             # shield: a watcher that goes away must not cancel the check the others wait for
@@ -253,6 +257,10 @@ class StreamHub:
         if state is None and self._ended.get(key) is hit:
             del self._ended[key]  # "no such stream" is not kept: it may be created any time
         return state
+
+    async def _check(self, check: Ended) -> bool | None:
+        async with self.reads:
+            return await check()
 
     async def close(self) -> None:
         tasks = [g.task for g in self._groups.values() if g.task is not None and not g.task.done()]

@@ -39,11 +39,13 @@ PAGE = 500
 KEEPALIVE = ": keepalive\n\n"
 
 
-async def _backlog(r: aioredis.Redis, key: str, cursor: str | None) -> tuple[list[Entry], str | None]:
+async def _backlog(hub: StreamHub, r: aioredis.Redis, key: str,
+                   cursor: str | None) -> tuple[list[Entry], str | None]:
     """Every entry after ``cursor`` (paged) and the id of the last one (``cursor`` if none)."""
     out: list[Entry] = []
     while True:
-        raw: list[Any] = await r.xrange(key, min=f"({cursor}" if cursor else "-", count=PAGE) or []
+        async with hub.reads:  # a thousand watchers opening at once: a bounded number of reads
+            raw: list[Any] = await r.xrange(key, min=f"({cursor}" if cursor else "-", count=PAGE) or []
         out.extend(to_entry(i, f) for i, f in raw)
         if out:
             cursor = out[-1].id
@@ -51,11 +53,12 @@ async def _backlog(r: aioredis.Redis, key: str, cursor: str | None) -> tuple[lis
             return out, cursor
 
 
-async def _start_at(r: aioredis.Redis, key: str, cursor: str | None) -> str:
+async def _start_at(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | None) -> str:
     """Where the shared reader starts a stream with nothing after ``cursor``: ``cursor``, or
     the stream's last id when ``cursor`` is past it — a ``Last-Event-ID`` of another stream
     must not make the reader skip what the other watchers of this one wait for."""
-    last = await r.xrevrange(key, count=1)
+    async with hub.reads:
+        last = await r.xrevrange(key, count=1)
     if not last or cursor is None:
         return "0-0"
     top = last[0][0].decode() if isinstance(last[0][0], bytes) else str(last[0][0])
@@ -80,15 +83,15 @@ def _after(entries: list[Entry], cursor: str | None) -> tuple[str, str | None, b
 async def _frames(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | None, ended: Ended,
                   keepalive: float) -> AsyncIterator[str]:
     if await hub.ended(key, ended):  # ended: what is left, without waiting for a keep-alive first
-        chunk, _, _ = _after((await _backlog(r, key, cursor))[0], cursor)
+        chunk, _, _ = _after((await _backlog(hub, r, key, cursor))[0], cursor)
         if chunk:
             yield chunk
         return
     w = hub.subscribe(key)  # before the backlog: nothing falls between the two
     try:
-        entries, _ = await _backlog(r, key, cursor)
+        entries, _ = await _backlog(hub, r, key, cursor)
         if not hub.reading(key):
-            hub.start(w, entries[-1].id if entries else await _start_at(r, key, cursor))
+            hub.start(w, entries[-1].id if entries else await _start_at(hub, r, key, cursor))
         while True:
             chunk, cursor, done = _after(entries, cursor)
             if chunk:
@@ -100,7 +103,7 @@ async def _frames(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | Non
                 if state is None:
                     return  # expired
                 if state:  # its done event raced the status: send what is left
-                    entries = (await _backlog(r, key, cursor))[0]
+                    entries = (await _backlog(hub, r, key, cursor))[0]
                     chunk, _, _ = _after(entries, cursor)
                     if chunk:
                         yield chunk
@@ -112,7 +115,7 @@ async def _frames(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | Non
                 raise w.error
             if w.behind:  # the queue was dropped (a slow client): re-read what was missed
                 w.behind = False
-                entries = (await _backlog(r, key, cursor))[0] + w.take()
+                entries = (await _backlog(hub, r, key, cursor))[0] + w.take()
             else:
                 entries = w.take()
     finally:
