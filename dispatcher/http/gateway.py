@@ -119,7 +119,7 @@ class Gateway:
 
     async def status_of(self, key: str) -> str | None:
         raw = await self.aredis.hget(key, "status")
-        return None if raw is None else raw.decode()
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     def start_batch(self, batch_id: str) -> None:
         """Drive a batch in the batch pool; the task set keeps a reference until it ends."""
