@@ -5,6 +5,10 @@ after a cursor (``Last-Event-ID`` or ``?after=``), sends a ``: keepalive`` comme
 quiet spell and ends after ``done``. When Redis goes away mid-stream the response *ends*
 (every frame sent is whole, with its id) instead of being cut, so a client that reconnects
 with ``Last-Event-ID`` resumes exactly after the last event it got.
+
+Live events come from the gateway's shared stream readers (``hub``): a watcher joins its
+reader first, then reads its backlog after the cursor, then takes what the reader hands it,
+skipping ids it already sent.
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ async def event_stream(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str 
     try:
         async for frame in _frames(hub, r, key, cursor, ended, keepalive):
             yield frame
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException, OSError) as exc:
         log.warning("SSE stream %s: Redis went away (%s); the client resumes with Last-Event-ID",
                     key, type(exc).__name__)
         yield GONE
