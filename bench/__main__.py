@@ -127,6 +127,7 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
     llm: dict[str, float] = {}
     if "P1b" in wanted:
         run.attempt("P1b", lambda: report.add(inproc.p1b(plan.p1b_repeats, profile=profile)))
+        run.attempt("P1b-flat", lambda: report.add(inproc.p1b_flat(2 * plan.p1b_repeats)))
     if "P1" in wanted:
         llm = inproc.llm_call_ms(cl.llm_url)
         extra["llm_call"] = llm

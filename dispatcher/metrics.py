@@ -42,7 +42,7 @@ from reactq.shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_labe
 from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
-from reactq.workers.config import RUNS_QUEUE, TOOLS_QUEUE, celery_config
+from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE, celery_config
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from reactq.shared.threads import (
     not_started,
     skip_orphans,
 )
-from reactq.workers.config import ITERATE
+from reactq.shared.wire import ITERATE
 
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle

@@ -14,14 +14,17 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import redis
 
 from reactq.shared.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
+from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
+from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
+from reactq.shared.idempotency import claim
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
@@ -135,8 +138,8 @@ class RunStore:
         ``runs:status:queued`` and, when given, the batch's and thread's sets) and the
         idempotency key live in different slots of a Redis Cluster, so no one script may write
         them all (see ``keys.py``). The order makes a submitter killed half-way harmless: the
-        run and its index rows are written first, the key claimed last (``SET NX``), so a key
-        never points at no run; a submitter that loses the key to an earlier one removes the
+        run and its index rows are written first, the key claimed last (``SET NX``, in
+        ``reactq.shared.idempotency``), so a key never points at no run; a submitter that loses the key to an earlier one removes the
         run it wrote, and one killed before claiming it leaves a queued run nobody enqueued,
         as a kill before enqueueing always did (the listing skips rows whose run is gone).
         """
@@ -164,19 +167,16 @@ class RunStore:
         pipe.execute()
         if idempotency_key is None:
             return run_id, True
-        idem = self.keys.idem(idempotency_key)
-        existing = None
-        while existing is None:  # the key may expire between SET NX and GET: claim again
-            if self.r.set(idem, run_id, nx=True, ex=self._index_ttl):
-                return run_id, True
-            existing = self.r.get(idem)
+        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        if existing is None:
+            return run_id, True
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(key)
         pipe.zrem(self.keys.runs, run_id)
         pipe.zrem(self.keys.runs_status("queued"), run_id)
         pipe.zrem(self.keys.due, run_member(run_id))
         pipe.execute()
-        return text(existing), False
+        return existing, False
 
     def load(self, run_id: str) -> RunRecord:
         raw = self.r.hgetall(self.keys.run(run_id))
@@ -205,13 +205,14 @@ class RunStore:
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event]) -> bool:
         """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale."""
         state.step_no = expected_step_no + 1
-        terminal = state.phase == "done"
-        result = dumps(_result(state)) if terminal else ""
-        status = state.status if terminal else "running"
-        turn = dumps(_turn(state)) if state.phase == "tools" else ""
+        nxt = next_step(state)
+        done = nxt.result if isinstance(nxt, Done) else None
+        result = dumps(done.as_dict()) if done is not None else ""
+        status = done.status if done is not None else "running"
+        turn = dumps(turn_summary(state)) if isinstance(nxt, RunTools) else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
-                           f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
-        due = _due_args(state, self.due_seconds)
+                           f"{time.time():.6f}", self.ttl if done is not None else 0, self.maxlen, turn]
+        due = _due_args(run_id, nxt, self.due_seconds)
         args += due
         args += triples(events)
         keys = self.keys.run_keys(run_id) + ([] if self._cluster else [self.keys.due])
@@ -330,37 +331,20 @@ class RunStore:
         return json.loads(raw) if raw else None
 
 
-def _due_args(state: RunState, bound: float) -> list[Any]:
+def _due_args(run_id: str, nxt: Next, bound: float) -> list[Any]:
     """``n, run member, (deadline, member) * n`` for the commit (see ``shared/due.py``)."""
-    member = run_member(state.run_id)
-    if state.phase == "done":
-        return [0, member]
+    member = run_member(run_id)
     due = deadline_ms(bound)
-    if state.phase != "tools":
-        return [1, member, due, member]
-    pairs: list[Any] = [now_ms() + PARKED_MS, member]
-    for call in state.pending_calls:
-        pairs += [due, tool_member(state.run_id, call.id)]
-    return [len(pairs) // 2, member, *pairs]
-
-
-def _turn(state: RunState) -> dict[str, Any]:
-    return {
-        "step_no": state.step_no,
-        "calls": [c.model_dump() for c in state.pending_calls],
-        "tool_names": state.tool_names if state.tool_names is not None else state.available_tools,
-        "metadata": state.metadata,
-    }
-
-
-def _result(state: RunState) -> dict[str, Any]:
-    return {
-        "answer": state.final_answer if state.final_answer is not None else (state.answer or ""),
-        "status": state.status,
-        "iterations": state.iteration,
-        "usage": state.usage.public(),
-        "elapsed": round((state.ended_at or state.started_at) - state.started_at, 3),
-        "error": state.error,
-        "mode": state.mode,
-        "model": state.model,
-    }
+    match nxt:
+        case Done():
+            return [0, member]
+        case RunTools(calls=calls):
+            # The run's own member is parked while its tools are out (the fan-in brings it back).
+            pairs: list[Any] = [now_ms() + PARKED_MS, member]
+            for call in calls:
+                pairs += [due, tool_member(run_id, call.id)]
+            return [len(pairs) // 2, member, *pairs]
+        case SelectTools() | CallLLM() | Answer():
+            return [1, member, due, member]
+        case _:
+            assert_never(nxt)

@@ -14,19 +14,25 @@ skipping ids it already sent.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Collection
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aioredis
+from fastapi.responses import StreamingResponse
 
+from reactq.dispatcher.http.errors import field_error, not_found
 from reactq.dispatcher.http.hub import Ended, Entry, StreamHub, parse_id, to_entry
+from reactq.shared.errors import RunNotFound
 from reactq.shared.inputs import stream_id_problem
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.http.gateway import Gateway
 
 log = logging.getLogger("reactq.http")
 
 #: ``Ended``: ``None``: the run / DAG is gone (expired); True: it ended; False: still going.
-__all__ = ["Ended", "SSE_HEADERS", "check_cursor", "event_stream"]
+__all__ = ["Ended", "SSE_HEADERS", "check_cursor", "event_stream", "events_response"]
 
 #: Sent when Redis went away: browsers' EventSource waits this long (ms) before reconnecting.
 RETRY_MS = 1000
@@ -141,3 +147,23 @@ async def event_stream(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str 
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def events_response(gw: Gateway, hash_key: str, events_key: str, terminal: Collection[str],
+                          missing: RunNotFound, after: str | None, last_event_id: str | None) -> Any:
+    """``GET /v1/runs/{id}/events`` and ``GET /v1/dags/{id}/events``: 422 for a bad cursor,
+    404 (``missing``) when the hash ``hash_key`` is gone, else the SSE stream of
+    ``events_key``, which ends once the hash's status is in ``terminal``."""
+    cursor = last_event_id or after  # the header is the newer position on a reconnect
+    if (why := check_cursor(cursor)) is not None:
+        return field_error("last-event-id" if last_event_id else "after", why,
+                           where="header" if last_event_id else "query")
+
+    async def ended() -> bool | None:
+        status = await gw.status_of(hash_key)
+        return None if status is None else status in terminal
+
+    if await gw.hub.ended(events_key, ended) is None:  # shared with the stream's own first check
+        return not_found(missing)
+    return StreamingResponse(event_stream(gw.hub, gw.aredis, events_key, cursor, ended, gw.keepalive),
+                             media_type="text/event-stream", headers=SSE_HEADERS)

@@ -25,6 +25,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
+from reactq.shared.idempotency import claim
 from reactq.shared.keys import Keys
 
 from .machine import result_of
@@ -91,15 +92,11 @@ class DagStore:
 
     def create(self, dag_id: str, request: dict[str, Any], *,
                idempotency_key: str | None = None) -> tuple[str, bool]:
-        """Store a new queued DAG. A key used before returns ``(existing_id, False)``."""
-        if idempotency_key is not None:
-            # Namespaced: a run and a DAG may carry the same key without meeting.
-            idem = self.keys.idem(f"dag:{idempotency_key}")
-            if not self.r.set(idem, dag_id, nx=True, ex=self.ttl):
-                existing = self.r.get(idem)
-                if existing is not None:
-                    return text(existing), False
-                self.r.set(idem, dag_id, ex=self.ttl)
+        """Store a new queued DAG. A key used before returns ``(existing_id, False)``.
+
+        As for runs (``RunStore.create``): the DAG is written first and the key claimed last
+        (``reactq.shared.idempotency``), so the id a key names is always stored; a creator
+        that loses the key removes the DAG it wrote."""
         now = f"{time.time():.6f}"
         pipe = self.r.pipeline(transaction=False)  # due from the moment it exists (two slots)
         pipe.hset(self.keys.dag(dag_id), mapping={
@@ -107,7 +104,17 @@ class DagStore:
             "version": 0, "pub_seq": 0, "phase": "planning", "round": 0})
         pipe.zadd(self.keys.due, {dag_member(dag_id): deadline_ms(self.due_seconds)})
         pipe.execute()
-        return dag_id, True
+        if idempotency_key is None:
+            return dag_id, True
+        # Namespaced: a run and a DAG may carry the same key without meeting.
+        existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}"), dag_id, self.ttl)
+        if existing is None:
+            return dag_id, True
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(self.keys.dag(dag_id))
+        pipe.zrem(self.keys.due, dag_member(dag_id))
+        pipe.execute()
+        return existing, False
 
     def load(self, dag_id: str) -> DagRecord:
         raw = self.r.hgetall(self.keys.dag(dag_id))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.settings import Settings
@@ -60,7 +60,7 @@ def test_every_commit_says_what_is_due_until_the_run_ends(rt: Runtime) -> None:
     due = _due(rt)
     assert set(due) == {"run:d1"} and due["run:d1"] <= time.time() * 1000 + 1000
     st.phase, st.pending_calls = "llm", []
-    assert store.commit(rid, st, 2, loop.fail(st, "boom", now=time.time()))
+    assert store.commit(rid, st, 2, ending.fail(st, "boom", now=time.time()))
     assert _due(rt) == {}, "a terminal commit leaves nothing due"
 
 

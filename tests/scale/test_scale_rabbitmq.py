@@ -16,7 +16,7 @@ from celery import Celery
 
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
-from reactq.workers.config import AMQP_MAX_PRIORITY, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, celery_config
+from reactq.shared.wire import AMQP_MAX_PRIORITY, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, celery_config
 from tests.backends import RabbitVhosts, rabbit_missing
 
 pytestmark = pytest.mark.rabbitmq
