@@ -162,14 +162,23 @@ class RunStore:
                      ([self.keys.runs_thread(thread_id)] if thread_id else []):
             pipe.zadd(index, {run_id: now})
             pipe.expire(index, self._index_ttl)
-        # The run is due from the moment it exists (its first message may be lost with a worker).
-        pipe.zadd(self.keys.due, {run_member(run_id): deadline_ms(self.due_seconds)})
-        pipe.execute()
+        due = {run_member(run_id): deadline_ms(self.due_seconds)}
         if idempotency_key is None:
+            # Due from the moment it exists (its first message may be lost with a worker).
+            pipe.zadd(self.keys.due, due)
+            pipe.execute()
             return run_id, True
+        # With a key, the run is due only once the key is ours: a submitter killed before
+        # its claim must leave nothing that runs (its retry makes the run the key names).
+        pipe.execute()
         existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
         if existing is None:
+            self.r.zadd(self.keys.due, due)
             return run_id, True
+        # The winner may have been killed between its claim and its due entry: a run still
+        # queued is armed again (a second send of a first step is harmless: CAS on step_no).
+        if text(self.r.hget(self.keys.run(existing), "status") or b"") == "queued":
+            self.r.zadd(self.keys.due, {run_member(existing): deadline_ms(self.due_seconds)}, nx=True)
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(key)
         pipe.zrem(self.keys.runs, run_id)

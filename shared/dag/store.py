@@ -98,18 +98,25 @@ class DagStore:
         (``reactq.shared.idempotency``), so the id a key names is always stored; a creator
         that loses the key removes the DAG it wrote."""
         now = f"{time.time():.6f}"
-        pipe = self.r.pipeline(transaction=False)  # due from the moment it exists (two slots)
+        pipe = self.r.pipeline(transaction=False)  # two slots on a Redis Cluster
         pipe.hset(self.keys.dag(dag_id), mapping={
             "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
             "version": 0, "pub_seq": 0, "phase": "planning", "round": 0})
-        pipe.zadd(self.keys.due, {dag_member(dag_id): deadline_ms(self.due_seconds)})
-        pipe.execute()
+        due = {dag_member(dag_id): deadline_ms(self.due_seconds)}
         if idempotency_key is None:
+            pipe.zadd(self.keys.due, due)  # due from the moment it exists
+            pipe.execute()
             return dag_id, True
+        # With a key, due only once the key is ours (as for runs: a creator killed before its
+        # claim leaves nothing that runs); a winner still queued is armed again.
+        pipe.execute()
         # Namespaced: a run and a DAG may carry the same key without meeting.
         existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}"), dag_id, self.ttl)
         if existing is None:
+            self.r.zadd(self.keys.due, due)
             return dag_id, True
+        if text(self.r.hget(self.keys.dag(existing), "status") or b"") == "queued":
+            self.r.zadd(self.keys.due, {dag_member(existing): deadline_ms(self.due_seconds)}, nx=True)
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(self.keys.dag(dag_id))
         pipe.zrem(self.keys.due, dag_member(dag_id))

@@ -1,0 +1,67 @@
+"""A create with an idempotency key and a creator killed half-way (fakeredis: pure ordering).
+
+Found by the batch resume test: a batch driver SIGKILLed between writing a run and claiming
+its line's key left a run that the due watchdog started, while the resumed batch made the
+run the key names: one question paid twice. A run (or DAG) is due only once its key is ours.
+"""
+
+from __future__ import annotations
+
+import fakeredis
+import pytest
+
+from reactq.shared import store as run_store_module
+from reactq.shared.dag import store as dag_store_module
+from reactq.shared.dag.store import DagStore
+from reactq.shared.due import dag_member, run_member
+from reactq.shared.keys import Keys
+from reactq.shared.store import RunStore
+
+
+class Killed(BaseException):
+    """The creator's process dies here."""
+
+
+def _die(*_a: object, **_k: object) -> None:
+    raise Killed
+
+
+@pytest.fixture
+def r() -> fakeredis.FakeRedis:
+    return fakeredis.FakeRedis()
+
+
+def test_a_run_creator_killed_before_its_claim_leaves_nothing_due(r, monkeypatch) -> None:
+    runs = RunStore(r)
+    monkeypatch.setattr(run_store_module, "claim", _die)
+    with pytest.raises(Killed):
+        runs.create("orphan", {"query": "q"}, idempotency_key="line-1")
+    assert r.zscore(Keys().due, run_member("orphan")) is None
+    monkeypatch.undo()
+    assert runs.create("winner", {"query": "q"}, idempotency_key="line-1") == ("winner", True)
+    assert r.zscore(Keys().due, run_member("winner")) is not None
+
+
+def test_a_queued_winner_that_lost_its_due_entry_is_armed_by_the_next_creator(r) -> None:
+    runs = RunStore(r)
+    runs.create("winner", {"query": "q"}, idempotency_key="k")
+    r.zrem(Keys().due, run_member("winner"))  # killed between its claim and its due entry
+    assert runs.create("again", {"query": "q"}, idempotency_key="k") == ("winner", False)
+    assert r.zscore(Keys().due, run_member("winner")) is not None
+    assert r.zscore(Keys().due, run_member("again")) is None and not r.exists(Keys().run("again"))
+
+
+def test_runs_without_a_key_are_due_at_once(r) -> None:
+    RunStore(r).create("plain", {"query": "q"})
+    assert r.zscore(Keys().due, run_member("plain")) is not None
+
+
+def test_a_dag_creator_killed_before_its_claim_leaves_nothing_due(r, monkeypatch) -> None:
+    dags = DagStore(r)
+    monkeypatch.setattr(dag_store_module, "claim", _die)
+    with pytest.raises(Killed):
+        dags.create("orphan", {"goal": "g"}, idempotency_key="k")
+    assert r.zscore(Keys().due, dag_member("orphan")) is None
+    monkeypatch.undo()
+    assert dags.create("winner", {"goal": "g"}, idempotency_key="k") == ("winner", True)
+    assert r.zscore(Keys().due, dag_member("winner")) is not None
