@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"the local model is not available: {missing}", file=sys.stderr)
         return 2
+    # The sample questions use the demo tools (echo, add), as `make demo` registers them.
+    os.environ.setdefault("REACTQ_DEMO_TOOLS", "true")
     data = Path(tempfile.mkdtemp(prefix="reactq-bench-local-"))
     base = Settings(data_dir=data)
     os.environ["REACTQ_REDIS_URL"] = redis_url(base)
