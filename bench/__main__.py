@@ -127,6 +127,7 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
     llm: dict[str, float] = {}
     if "P1b" in wanted:
         run.attempt("P1b", lambda: report.add(inproc.p1b(plan.p1b_repeats, profile=profile)))
+        run.attempt("P1b-flat", lambda: report.add(inproc.p1b_flat(2 * plan.p1b_repeats)))
     if "P1" in wanted:
         llm = inproc.llm_call_ms(cl.llm_url)
         extra["llm_call"] = llm
@@ -155,7 +156,8 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
             for pool in ("threads", "prefork"):
                 spec = WorkerSpec(count=2, pool=pool, concurrency=8)
                 run.attempt(f"P4-{pool}-c16",
-                            lambda: report.add(figures.p4(cl, d, spec, n, 1.0, f"P4-{pool}-c16", p3_rate=rate)))
+                            lambda spec=spec, pool=pool: report.add(
+                                figures.p4(cl, d, spec, n, 1.0, f"P4-{pool}-c16", p3_rate=rate)))
                 cl.flush()
     if "P6" in wanted:
         run.attempt("P6", lambda: [report.add(f) for f in figures.p6_memory(cl, d, plan.p6_runs, plan.p6_ttl)])

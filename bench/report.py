@@ -116,7 +116,7 @@ class Report:
             rows.append((f.id, _fmt(f.value), f.unit, _fmt(f.floor), _fmt(f.ratio, "×"),
                          _target(f), {True: "yes", False: "NO", None: "-"}[f.met], str(f.repeats)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)).rstrip() for r in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 

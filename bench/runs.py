@@ -88,7 +88,7 @@ def wait_all(r: redis.Redis, ids: list[str], timeout: float, poll: float = 0.25)
         for rid in pending:
             pipe.hmget(Keys().run(rid), "status", "updated_at")
         still = []
-        for rid, (status, updated) in zip(pending, pipe.execute()):
+        for rid, (status, updated) in zip(pending, pipe.execute(), strict=True):
             if status in TERMINAL:
                 last = max(last, float(updated))
                 statuses[status.decode()] = statuses.get(status.decode(), 0) + 1

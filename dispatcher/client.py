@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Any
 
@@ -30,7 +30,28 @@ from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
-from reactq.workers.config import ITERATE, RUNS_QUEUE, celery_config, message_priorities
+from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
+
+
+def follow_events(read: Callable[[str | None, int], list[tuple[str, Event]]], exists: Callable[[], object],
+                  after: str | None, *, block_ms: int, until_done: bool,
+                  timeout: float | None) -> Iterator[tuple[str, Event]]:
+    """``(stream_id, event)`` from ``read(cursor, block_ms)`` after ``after``, waiting for new
+    ones; stops after ``done`` (or at ``timeout`` seconds, or at once if not ``until_done``
+    and nothing is new). ``exists`` raises once the run or DAG expired. Runs and DAGs alike."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    cursor = after
+    while True:
+        batch = read(cursor, block_ms)
+        for stream_id, event in batch:
+            cursor = stream_id
+            yield stream_id, event
+            if until_done and event.channel == "done":
+                return
+        if not batch:
+            if not until_done or (deadline is not None and time.monotonic() > deadline):
+                return
+            exists()
 
 
 def check_interrupt(text: str, max_chars: int) -> None:
@@ -65,21 +86,9 @@ class RunHandle:
                until_done: bool = True, timeout: float | None = None) -> Iterator[tuple[str, Event]]:
         """Yield ``(stream_id, event)`` from after ``after`` (None = the start), waiting for
         new ones; stops after the ``done`` event (or at ``timeout`` seconds)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        cursor = after
-        while True:
-            batch = self.d.store.read_events(self.run_id, cursor, block_ms=block_ms)
-            for stream_id, event in batch:
-                cursor = stream_id
-                yield stream_id, event
-                if until_done and event.channel == "done":
-                    return
-            if not batch:
-                if deadline is not None and time.monotonic() > deadline:
-                    return
-                if not until_done:
-                    return
-                self.d.store.load(self.run_id)  # raises RunNotFound once it expired
+        return follow_events(lambda cursor, block: self.d.store.read_events(self.run_id, cursor, block_ms=block),
+                             lambda: self.d.store.load(self.run_id),  # RunNotFound once it expired
+                             after, block_ms=block_ms, until_done=until_done, timeout=timeout)
 
     def interrupt(self, text: str) -> str:
         """Send a follow-up message; it reaches the run at its next drain point."""

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis
 
-from reactq.dispatcher.client import Dispatcher, check_interrupt
+from reactq.dispatcher.client import Dispatcher, check_interrupt, follow_events
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
@@ -31,11 +31,9 @@ from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
+from reactq.shared.wire import DAG_ADVANCE, DAG_START
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
-
-START = "reactq.dag.start"
-ADVANCE = "reactq.dag.advance"
 
 
 def check_plan(request: DagRequest, *, max_steps: int) -> None:
@@ -72,19 +70,9 @@ class DagHandle:
         """Yield ``(stream_id, event)`` after ``after`` (None = the start), waiting for new
         ones; stops after ``done`` (or at ``timeout`` seconds, or at once if not
         ``until_done`` and nothing is new)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        cursor = after
-        while True:
-            batch = self.d.store.read_events(self.dag_id, cursor, block_ms=block_ms)
-            for stream_id, event in batch:
-                cursor = stream_id
-                yield stream_id, event
-                if until_done and event.channel == "done":
-                    return
-            if not batch:
-                if not until_done or (deadline is not None and time.monotonic() > deadline):
-                    return
-                self.d.store.load(self.dag_id)  # raises DagNotFound once it expired
+        return follow_events(lambda cursor, block: self.d.store.read_events(self.dag_id, cursor, block_ms=block),
+                             lambda: self.d.store.load(self.dag_id),  # DagNotFound once it expired
+                             after, block_ms=block_ms, until_done=until_done, timeout=timeout)
 
     def result(self, timeout: float | None = None, poll: float = 0.1) -> dict[str, Any]:
         """Wait until the DAG ended; its ``done`` payload. ``TimeoutError`` otherwise."""
@@ -111,7 +99,7 @@ class DagHandle:
                     self.d.runs.handle(step.run_id).cancel()
                 except RunNotFound:
                     pass  # not created yet: its StartRun sees the DAG's cancel flag
-        self.d.runs.send(ADVANCE, [self.dag_id, None])
+        self.d.runs.send(DAG_ADVANCE, [self.dag_id, None])
 
     def interrupt(self, text: str) -> str:
         """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
@@ -120,7 +108,7 @@ class DagHandle:
         if self.d.store.load(self.dag_id).status in TERMINAL_DAG_STATUSES:
             raise RequestError(f"DAG {self.dag_id} has already ended", field="dag_id")
         msg_id = self.d.store.add_interrupt(self.dag_id, text, limit=s.max_interrupts)
-        self.d.runs.send(ADVANCE, [self.dag_id, None])
+        self.d.runs.send(DAG_ADVANCE, [self.dag_id, None])
         return msg_id
 
 
@@ -157,7 +145,7 @@ class DagDispatcher:
         did, created = self.store.create(dag_id or uuid.uuid4().hex, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key)
         if created:
-            self.runs.send(START, [did])
+            self.runs.send(DAG_START, [did])
         return DagHandle(self, did, created=created)
 
     def handle(self, dag_id: str) -> DagHandle:

@@ -226,21 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         if gateway:
             started.append(gateway[0])
             say(f"Viewer: {gateway[1]}  (every run live, as it happens)")
-        questions = load_questions(args.questions)
-        say(f"\nRunning {len(questions)} sample questions …")
-        d = Dispatcher(settings)
-        t0 = time.monotonic()
-        rows = []
-        for row in run_batch(d, questions, args.output, timeout=args.timeout):
-            rows.append(row)
-            tools = ",".join(row["tool_calls"]) or "-"
-            say(f"  {row['status']:<9} {row['id']:<12} {row['elapsed'] or 0:>6.1f}s  "
-                f"iterations={row['iterations']} tools={tools}  {_one_line(row['answer'])}")
-        ok = sum(r["status"] == "succeeded" for r in rows)
-        graded = [r for r in rows if r["right"] is not None]
-        right = sum(bool(r["right"]) for r in graded)
-        say(f"\n{ok}/{len(rows)} runs succeeded in {time.monotonic() - t0:.1f}s; "
-            f"{right}/{len(graded)} answers right. Results: {args.output.resolve()}")
+        rows = _ask_samples(Dispatcher(settings), args)
         if rows:
             say(f"Replay a run's events: reactq watch {rows[0]['run_id']}")
         if flower and args.keep:
@@ -263,6 +249,25 @@ def main(argv: list[str] | None = None) -> int:
             _stop(proc)
         if workers_started:
             stop_workers(settings, embedded=False)
+
+
+def _ask_samples(d: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the sample questions as a batch, a line each as they end, then the tally."""
+    questions = load_questions(args.questions)
+    say(f"\nRunning {len(questions)} sample questions …")
+    t0 = time.monotonic()
+    rows = []
+    for row in run_batch(d, questions, args.output, timeout=args.timeout):
+        rows.append(row)
+        tools = ",".join(row["tool_calls"]) or "-"
+        say(f"  {row['status']:<9} {row['id']:<12} {row['elapsed'] or 0:>6.1f}s  "
+            f"iterations={row['iterations']} tools={tools}  {_one_line(row['answer'])}")
+    ok = sum(r["status"] == "succeeded" for r in rows)
+    graded = [r for r in rows if r["right"] is not None]
+    right = sum(bool(r["right"]) for r in graded)
+    say(f"\n{ok}/{len(rows)} runs succeeded in {time.monotonic() - t0:.1f}s; "
+        f"{right}/{len(graded)} answers right. Results: {args.output.resolve()}")
+    return rows
 
 
 def _wait_forever() -> None:

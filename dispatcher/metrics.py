@@ -38,10 +38,11 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from reactq.shared.keys import Keys
+from reactq.shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
 from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
-from reactq.workers.config import RUNS_QUEUE, TOOLS_QUEUE, celery_config
+from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE, celery_config
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ QUEUES = (RUNS_QUEUE, TOOLS_QUEUE)
 KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_PRIORITY_STEPS = (3, 6, 9)
 KOMBU_UNACKED_KEY = "unacked"
-
-from reactq.shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
 
 
 _clients: dict[str, redis.Redis] = {}
@@ -198,7 +197,7 @@ class ReactqCollector(Collector):
         values = pipe.execute()
         inflight = sum(values[len(families) * per:])
         raws = [_sum_shards(values[i * per:(i + 1) * per]) for i in range(len(families))]
-        for fam, raw in zip(families, raws):
+        for fam, raw in zip(families, raws, strict=True):
             yield counter_family(fam, raw) if fam.kind == "counter" else histogram_family(fam, raw)
         yield GaugeMetricFamily("reactq_runs_in_flight",
                                 "Runs started by a worker that have not ended yet.", value=inflight)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
+from reactq.shared.streams import text
 from reactq.shared.threads import (
     ORPHAN_AFTER,
     ThreadStore,
@@ -29,7 +30,7 @@ from reactq.shared.threads import (
     not_started,
     skip_orphans,
 )
-from reactq.workers.config import ITERATE
+from reactq.shared.wire import ITERATE
 
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle
@@ -64,7 +65,7 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) 
     if req.idempotency_key is not None:
         existing = d.redis.get(d.keys.idem(req.idempotency_key))
         if existing:
-            return RunHandle(d, existing.decode(), created=False)
+            return RunHandle(d, text(existing), created=False)
     ts = thread_store(d)
     repair(d, ts, tid)
     rid = run_id or uuid.uuid4().hex
@@ -121,10 +122,10 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     status = d.redis.hget(d.keys.run(active), "status")
     if status is None:
         nxt = skip_orphans(ts, d.store, tid, active)
-        if nxt != active and not_started(d.store, nxt):
+        if nxt is not None and nxt != active and not_started(d.store, nxt):
             _start(d, nxt)
         return
-    if status.decode() not in TERMINAL_STATUSES:
+    if text(status) not in TERMINAL_STATUSES:
         return  # the usual case: one field read
     try:
         rec = d.store.load(active)
@@ -132,7 +133,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
         return
     if rec.state is not None and rec.state.phase == "done":
         nxt = end_of_run(ts, d.store, tid, rec.state.model_copy(update={"thread_id": tid}))
-        if nxt != active and not_started(d.store, nxt):
+        if nxt is not None and nxt != active and not_started(d.store, nxt):
             _start(d, nxt)
 
 
@@ -149,7 +150,7 @@ def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:
         pipe.hget(d.keys.run(e["run_id"]), "status")
     statuses = pipe.execute() if entries else []
     runs = [{"run_id": e["run_id"], "status": s.decode() if s else "expired", "query": e["query"],
-             "created_at": e["created_at"]} for e, s in zip(entries, statuses)]
+             "created_at": e["created_at"]} for e, s in zip(entries, statuses, strict=True)]
     messages = [m.model_dump(mode="json", include={"role", "content"}) for m in ts.history(tid)]
     return {"thread_id": tid, "active_run": ts.active(tid), "runs": runs, "messages": messages}
 

@@ -10,8 +10,13 @@ import asyncio
 import itertools
 import secrets
 import uuid
+from collections.abc import Coroutine
+from typing import Any, assert_never
 
-from reactq.shared.engine import loop, steps
+from reactq.shared.engine import ending, loop, steps
+from reactq.shared.engine.next import (
+    Advance, Answer, CallLLM, Done, RunTools, SelectTools, advanced, next_step,
+)
 from reactq.shared.engine.state import Interrupt, RunState
 from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.errors import StateConflict
@@ -70,22 +75,34 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     return state
 
 
-async def advance(state: RunState, deps: EngineDeps, io: steps.StepIO) -> list[Event]:
-    """Run the step for the state's phase; an error ends the run as ``failed`` (S64)."""
+async def take_step(state: RunState, deps: EngineDeps, io: steps.StepIO) -> Advance:
+    """Carry out what the state needs next; an error ends the run as ``failed`` (S64)."""
+    nxt = next_step(state)
+    step: Coroutine[Any, Any, Advance]
+    match nxt:
+        case SelectTools():
+            step = steps.select_step(state, deps, io)
+        case CallLLM():
+            step = steps.llm_step(state, deps, io)
+        case RunTools():
+            step = steps.tools_step(state, deps, io)
+        case Answer():
+            step = steps.answer_step(state, deps, io)
+        case Done():
+            raise StateConflict(f"run {state.run_id} has ended: it has no step to take")
+        case _:
+            assert_never(nxt)
     try:
-        if state.phase == "select":
-            return await steps.select_step(state, deps, io)
-        if state.phase == "llm":
-            return await steps.llm_step(state, deps, io)
-        if state.phase == "tools":
-            return await steps.tools_step(state, deps, io)
-        if state.phase == "answer":
-            return await steps.answer_step(state, deps, io)
+        return await step
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        return loop.fail(state, exc, now=deps.clock())
-    raise StateConflict(f"run {state.run_id} has nothing to do in phase {state.phase!r}")
+        return advanced(state, ending.fail(state, exc, now=deps.clock()))
+
+
+async def advance(state: RunState, deps: EngineDeps, io: steps.StepIO) -> list[Event]:
+    """``take_step``'s events (for a caller that publishes them and reads the state itself)."""
+    return (await take_step(state, deps, io)).events
 
 
 async def run_local(
@@ -101,9 +118,12 @@ async def run_local(
     req = RunRequest(query=request) if isinstance(request, str) else request
     state = new_state(req, deps, run_id=run_id)
     io = _IO(sink or ListSink(), interrupts)
-    while state.phase != "done":
+    nxt = next_step(state)
+    while not isinstance(nxt, Done):
         if cancel is not None and cancel.is_set():
-            await io.publish(loop.cancel(state, now=deps.clock()))
+            await io.publish(ending.cancel(state, now=deps.clock()))
             break
-        await io.publish(await advance(state, deps, io))
+        step = await take_step(state, deps, io)
+        await io.publish(step.events)
+        nxt = step.next
     return state

@@ -29,6 +29,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from reactq.shared.llm.base import DelegatingLLM
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 log = logging.getLogger(__name__)
@@ -153,20 +154,8 @@ def tool_outcome(span: Any, error: str | None, blocked: bool = False, uncertain:
         span.set_status(Status(StatusCode.ERROR, error[:200]))
 
 
-class TracedLLM:
+class TracedLLM(DelegatingLLM):
     """An ``LLM`` whose calls are spans (GenAI semantic conventions), then delegates."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.name = inner.name
-        self.abilities = inner.abilities
-        self.context_size = inner.context_size
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._inner, item)
-
-    def __repr__(self) -> str:
-        return f"TracedLLM({self._inner!r})"
 
     def _attrs(self, kwargs: dict[str, Any], messages: list[ChatMessage]) -> dict[str, Any]:
         provider_model = getattr(self._inner, "model", None) or self.name

@@ -24,7 +24,7 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -147,7 +147,7 @@ class RunsIndex:
         extra = 16
         while True:
             window = self.r.zrevrangebyscore(key, top, "-inf", start=0, num=chunk + extra, withscores=True)
-            cands = [(_s(m), float(sc)) for m, sc in window]
+            cands = [(_s(m), float(sc)) for m, sc in cast(list[tuple[Any, float]], window)]
             if after is not None:
                 cands = [(m, sc) for m, sc in cands if sc < after[0] or (sc == after[0] and m < after[1])]
             if cands or len(window) < chunk + extra:
@@ -157,7 +157,7 @@ class RunsIndex:
     def one(self, run_id: str) -> dict[str, Any] | None:
         """One run's row with its whole query (the viewer's run page header); None if gone."""
         values = self.r.hmget(self.keys.run(run_id), list(_FIELDS))
-        fields = {name: None if v is None else _s(v) for name, v in zip(_FIELDS, values)}
+        fields = {name: None if v is None else _s(v) for name, v in zip(_FIELDS, values, strict=True)}
         if fields["status"] is None:
             return None
         row = summary(run_id, fields)
@@ -171,8 +171,8 @@ class RunsIndex:
             pipe.hmget(self.keys.run(run_id), list(_FIELDS))
         out: list[tuple[str, dict[str, Any]]] = []
         gone: list[str] = []
-        for (run_id, score), values in zip(cands, pipe.execute()):
-            fields = {name: None if v is None else _s(v) for name, v in zip(_FIELDS, values)}
+        for (run_id, score), values in zip(cands, pipe.execute(), strict=True):
+            fields = {name: None if v is None else _s(v) for name, v in zip(_FIELDS, values, strict=True)}
             if fields["status"] is None:
                 gone.append(run_id)
                 out.append((run_id, {"_score": score, "status": None}))

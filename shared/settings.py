@@ -37,6 +37,13 @@ class EngineConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True,
                                       populate_by_name=True)
 
+    @classmethod
+    def defaults(cls) -> EngineConfig:
+        """The seed's values, without reading the environment (``EngineConfig()`` reads it:
+        that is for the edge; the engine's own default must not). Every default is a valid
+        value, so nothing is left to validate."""
+        return cls.model_construct()
+
 
 class Settings(BaseSettings):
     """Deployment settings. ``redis_url=None`` means: start the embedded Valkey server."""

@@ -14,31 +14,20 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import redis
 
 from reactq.shared.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
+from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
+from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
+from reactq.shared.idempotency import claim
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
-
-# KEYS: run hash, events stream. ARGV: maxlen, then (seq, channel, data) triples.
-_PUBLISH = """
-local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
-local maxlen = ARGV[1]
-for i = 2, #ARGV, 3 do
-  local seq = tonumber(ARGV[i])
-  if seq > last then
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', maxlen, '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
-    last = seq
-  end
-end
-redis.call('HSET', KEYS[1], 'pub_seq', last)
-return last
-"""
+from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
 
 # KEYS: run hash, events, interrupts, tools ledger (one run: one slot), then the due set
 # (only on a single server: on a Redis Cluster it is another slot, and the caller writes the
@@ -47,14 +36,13 @@ return last
 # member) pairs (n = 0: the run is over, remove its member), then event triples. Returns {last published seq, the status before,
 # created_at}, or -1 when stale. The run index's status sets live in other slots: the
 # caller moves the run between them after the commit (see RunStore.commit).
-_COMMIT = """
+_COMMIT = PUBLISH_FN + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
 if cur ~= tonumber(ARGV[1]) then return -1 end
 local old = redis.call('HGET', KEYS[1], 'status') or ''
 local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
 if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
-local last = tonumber(redis.call('HGET', KEYS[1], 'pub_seq') or '0')
 if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
 local n = tonumber(ARGV[10])
 if #KEYS >= 5 then
@@ -64,14 +52,7 @@ if #KEYS >= 5 then
     redis.call('ZADD', KEYS[5], unpack(ARGV, 12, 11 + 2 * n))
   end
 end
-for i = 12 + 2 * n, #ARGV, 3 do
-  local seq = tonumber(ARGV[i])
-  if seq > last then
-    redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[8], '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
-    last = seq
-  end
-end
-redis.call('HSET', KEYS[1], 'pub_seq', last)
+local last = publish(KEYS[1], KEYS[2], ARGV[8], 12 + 2 * n)
 local ttl = tonumber(ARGV[7])
 if ttl > 0 then
   for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
@@ -128,10 +109,6 @@ class RunRecord:
     result: dict[str, Any] | None
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class RunStore:
     """Synchronous access to runs (workers, CLI). One instance per process is enough."""
 
@@ -147,7 +124,7 @@ class RunStore:
         self.maxlen = maxlen
         # Idempotency keys and the run index outlive any run (queued + running + TTL).
         self._index_ttl = ttl_seconds + 7 * 86400
-        self._publish = client.register_script(_PUBLISH)
+        self._publish = client.register_script(PUBLISH)
         self._commit = client.register_script(_COMMIT)
         self._fanin = client.register_script(_FANIN)
         self._ledger_done = client.register_script(_LEDGER_DONE)
@@ -161,15 +138,15 @@ class RunStore:
         ``runs:status:queued`` and, when given, the batch's and thread's sets) and the
         idempotency key live in different slots of a Redis Cluster, so no one script may write
         them all (see ``keys.py``). The order makes a submitter killed half-way harmless: the
-        run and its index rows are written first, the key claimed last (``SET NX``), so a key
-        never points at no run; a submitter that loses the key to an earlier one removes the
+        run and its index rows are written first, the key claimed last (``SET NX``, in
+        ``reactq.shared.idempotency``), so a key never points at no run; a submitter that loses the key to an earlier one removes the
         run it wrote, and one killed before claiming it leaves a queued run nobody enqueued,
         as a kill before enqueueing always did (the listing skips rows whose run is gone).
         """
         now = time.time()
         key = self.keys.run(run_id)
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
-        fields: dict[str, Any] = {"status": "queued", "request": dumps(request),
+        fields: dict[Any, str | int] = {"status": "queued", "request": dumps(request),
                                   "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
                                   "step_no": 0, "pub_seq": 0}
         if batch_id:
@@ -190,31 +167,28 @@ class RunStore:
         pipe.execute()
         if idempotency_key is None:
             return run_id, True
-        idem = self.keys.idem(idempotency_key)
-        existing = None
-        while existing is None:  # the key may expire between SET NX and GET: claim again
-            if self.r.set(idem, run_id, nx=True, ex=self._index_ttl):
-                return run_id, True
-            existing = self.r.get(idem)
+        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        if existing is None:
+            return run_id, True
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(key)
         pipe.zrem(self.keys.runs, run_id)
         pipe.zrem(self.keys.runs_status("queued"), run_id)
         pipe.zrem(self.keys.due, run_member(run_id))
         pipe.execute()
-        return _s(existing), False
+        return existing, False
 
     def load(self, run_id: str) -> RunRecord:
         raw = self.r.hgetall(self.keys.run(run_id))
         if not raw:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        f = {_s(k): v for k, v in raw.items()}
+        f = {text(k): v for k, v in raw.items()}
         state = load_state(f["state"]) if "state" in f else None
         return RunRecord(
-            run_id=run_id, status=_s(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
+            run_id=run_id, status=text(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
             pub_seq=int(f.get("pub_seq", 0)), state=state,
             request=json.loads(f["request"]) if "request" in f else {},
-            cancel=_s(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
+            cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
             result=json.loads(f["result"]) if "result" in f else None,
         )
 
@@ -223,7 +197,7 @@ class RunStore:
         fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq")
         if fields[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        status, created, updated, result, pub = (None if v is None else _s(v) for v in fields)
+        status, created, updated, result, pub = (None if v is None else text(v) for v in fields)
         return {"run_id": run_id, "status": status, "created_at": float(created or 0),
                 "updated_at": float(updated or 0), "events": int(pub or 0),
                 "result": json.loads(result) if result else None}
@@ -231,23 +205,24 @@ class RunStore:
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event]) -> bool:
         """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale."""
         state.step_no = expected_step_no + 1
-        terminal = state.phase == "done"
-        result = dumps(_result(state)) if terminal else ""
-        status = state.status if terminal else "running"
-        turn = dumps(_turn(state)) if state.phase == "tools" else ""
+        nxt = next_step(state)
+        done = nxt.result if isinstance(nxt, Done) else None
+        result = dumps(done.as_dict()) if done is not None else ""
+        status = done.status if done is not None else "running"
+        turn = dumps(turn_summary(state)) if isinstance(nxt, RunTools) else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
-                           f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen, turn]
-        due = _due_args(state, self.due_seconds)
+                           f"{time.time():.6f}", self.ttl if done is not None else 0, self.maxlen, turn]
+        due = _due_args(run_id, nxt, self.due_seconds)
         args += due
-        args += _triples(events)
+        args += triples(events)
         keys = self.keys.run_keys(run_id) + ([] if self._cluster else [self.keys.due])
         out = self._commit(keys=keys, args=args)
         if not isinstance(out, list):
             return False
         if self._cluster:
             self._write_due(due)
-        if _s(out[1]) != status:
-            self._index_status(run_id, status, float(_s(out[2]) or 0))
+        if text(out[1]) != status:
+            self._index_status(run_id, status, float(text(out[2]) or 0))
         return True
 
     def _write_due(self, due: list[Any]) -> None:
@@ -275,7 +250,7 @@ class RunStore:
         if not events:
             return -1
         keys = [self.keys.run(run_id), self.keys.run_events(run_id)]
-        return int(self._publish(keys=keys, args=[self.maxlen, *_triples(events)]))
+        return int(self._publish(keys=keys, args=[self.maxlen, *triples(events)]))
 
     # -- interrupts and cancellation --------------------------------------------------
     def add_interrupt(self, run_id: str, content: str, *, limit: int = 100) -> str:
@@ -288,31 +263,23 @@ class RunStore:
         return msg_id
 
     def interrupts_after(self, run_id: str, cursor: str | None) -> list[Interrupt]:
-        start = f"({cursor}" if cursor else "-"
-        entries = self.r.xrange(self.keys.run_interrupts(run_id), min=start, max="+")
         out = []
-        for entry_id, fields in entries:
-            f = {_s(k): _s(v) for k, v in fields.items()}
-            out.append(Interrupt(id=f.get("id", _s(entry_id)), content=f["content"], cursor=_s(entry_id)))
+        for entry_id, fields in entries_after(self.r, self.keys.run_interrupts(run_id), cursor):
+            f = {text(k): text(v) for k, v in fields.items()}
+            out.append(Interrupt(id=f.get("id", text(entry_id)), content=f["content"], cursor=text(entry_id)))
         return out
 
     def request_cancel(self, run_id: str) -> None:
         self.r.hset(self.keys.run(run_id), "cancel", "1")
 
     def cancel_requested(self, run_id: str) -> bool:
-        return _s(self.r.hget(self.keys.run(run_id), "cancel") or b"0") == "1"
+        return text(self.r.hget(self.keys.run(run_id), "cancel") or b"0") == "1"
 
     # -- events -----------------------------------------------------------------------
     def read_events(self, run_id: str, after: str | None = None, *, block_ms: int | None = None,
                     count: int = 500) -> list[tuple[str, Event]]:
         """Events after stream id ``after`` (None = from the start), optionally blocking."""
-        key = self.keys.run_events(run_id)
-        if block_ms is None:
-            entries = self.r.xrange(key, min=f"({after}" if after else "-", max="+", count=count)
-        else:
-            res = self.r.xread({key: after or "0-0"}, block=block_ms, count=count)
-            entries = res[0][1] if res else []
-        return [(_s(i), Event.from_fields(f)) for i, f in entries]
+        return read_events(self.r, self.keys.run_events(run_id), after, block_ms=block_ms, count=count)
 
     # -- tool ledger ------------------------------------------------------------------
     def ledger_get(self, run_id: str, call_id: str) -> dict[str, Any] | None:
@@ -335,7 +302,7 @@ class RunStore:
             return {}
         raws = self.r.hmget(self.keys.run_tools(run_id), call_ids)
         out = {}
-        for cid, raw in zip(call_ids, raws):
+        for cid, raw in zip(call_ids, raws, strict=True):
             if raw:
                 rec = json.loads(raw)
                 if rec.get("status") == "done":
@@ -364,44 +331,20 @@ class RunStore:
         return json.loads(raw) if raw else None
 
 
-def _due_args(state: RunState, bound: float) -> list[Any]:
+def _due_args(run_id: str, nxt: Next, bound: float) -> list[Any]:
     """``n, run member, (deadline, member) * n`` for the commit (see ``shared/due.py``)."""
-    member = run_member(state.run_id)
-    if state.phase == "done":
-        return [0, member]
+    member = run_member(run_id)
     due = deadline_ms(bound)
-    if state.phase != "tools":
-        return [1, member, due, member]
-    pairs: list[Any] = [now_ms() + PARKED_MS, member]
-    for call in state.pending_calls:
-        pairs += [due, tool_member(state.run_id, call.id)]
-    return [len(pairs) // 2, member, *pairs]
-
-
-def _triples(events: list[Event]) -> list[Any]:
-    out: list[Any] = []
-    for e in events:
-        out += [e.seq, e.channel, dumps(e.data)]
-    return out
-
-
-def _turn(state: RunState) -> dict[str, Any]:
-    return {
-        "step_no": state.step_no,
-        "calls": [c.model_dump() for c in state.pending_calls],
-        "tool_names": state.tool_names if state.tool_names is not None else state.available_tools,
-        "metadata": state.metadata,
-    }
-
-
-def _result(state: RunState) -> dict[str, Any]:
-    return {
-        "answer": state.final_answer if state.final_answer is not None else (state.answer or ""),
-        "status": state.status,
-        "iterations": state.iteration,
-        "usage": state.usage.public(),
-        "elapsed": round((state.ended_at or state.started_at) - state.started_at, 3),
-        "error": state.error,
-        "mode": state.mode,
-        "model": state.model,
-    }
+    match nxt:
+        case Done():
+            return [0, member]
+        case RunTools(calls=calls):
+            # The run's own member is parked while its tools are out (the fan-in brings it back).
+            pairs: list[Any] = [now_ms() + PARKED_MS, member]
+            for call in calls:
+                pairs += [due, tool_member(run_id, call.id)]
+            return [len(pairs) // 2, member, *pairs]
+        case SelectTools() | CallLLM() | Answer():
+            return [1, member, due, member]
+        case _:
+            assert_never(nxt)

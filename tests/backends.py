@@ -101,7 +101,7 @@ def start_redis_cluster(base: Path, masters: int = 3) -> RedisClusterProc:
                  "--cluster-config-file", str(d / "nodes.conf"), "--dir", str(d), "--save", "",
                  "--appendonly", "no", "--protected-mode", "no", "--loglevel", "warning"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
-        for port, proc in zip(ports, cluster.procs):
+        for port, proc in zip(ports, cluster.procs, strict=True):
             _wait_port(port, proc, "a cluster node")
         subprocess.run([cli, "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
                         "--cluster-replicas", "0", "--cluster-yes"],

@@ -20,9 +20,9 @@ from celery import Celery
 
 from reactq.shared.settings import Settings
 from reactq.workers import kombufix
-from reactq.workers.config import celery_config
+from reactq.shared.wire import celery_config
 
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 
-app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dag", "reactq.workers.otel"])
+app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel"])
 app.conf.update(celery_config(Settings()))

@@ -4,7 +4,7 @@ run's cancel flag, and cancel the step's asyncio task as soon as the flag is up.
 Without it a cancel took effect at the next step boundary, i.e. after the LLM call in flight
 returned (27 s for a 30 s call). Cancelling the task aborts the HTTP request of the call
 (httpx closes the connection); the shell then ends the run ``cancelled`` from the state as it
-was when the step began its call — the same path as an LLM failure (``loop.fail``), so the
+was when the step began its call — the same path as an LLM failure (``ending.fail``), so the
 history stays valid: no assistant message was appended for the aborted call.
 
 The flag is polled (``POLL`` s) with the worker's sync Redis client in a thread: one HGET per

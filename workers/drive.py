@@ -1,4 +1,5 @@
-"""The Celery shell's step logic: load → advance the engine one step → commit → enqueue.
+"""The Celery shell's step logic: load → advance the engine one step → commit → enqueue
+what the committed next step needs (one ``match`` on it, ``_enqueue``).
 
 Each function is what one task does; ``workers/tasks.py`` only wires them to Celery.
 Every function is safe to run twice for the same step: a stale ``step_no`` is a no-op,
@@ -10,14 +11,16 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from typing import Any, assert_never
 
 import redis
 
-from reactq.shared import otel
-from reactq.shared.engine import loop, prompts, steps
+from reactq.shared.engine import ending, loop, steps
+from reactq.shared.engine.next import (
+    Advance, Answer, CallLLM, Done, Next, RunTools, SelectTools, advanced, next_step,
+)
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.events import Event
 from reactq.shared.inprocess import new_state
@@ -25,6 +28,7 @@ from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
 from reactq.shared.store import RunRecord
 from reactq.shared.errors import RateLimited
+from reactq.shared.wire import ANSWER, DAG_STEP_DONE, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import faults, flow, metrics, threads
 from reactq.workers.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
@@ -32,10 +36,7 @@ from reactq.workers.runtime import Runtime
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, list[Any], str], None]
-RUNS, TOOLS = "reactq.runs", "reactq.tools"
-ITERATE, TOOL, ANSWER = "reactq.iterate", "reactq.tool", "reactq.answer"
-#: Sent when a run that is a DAG step ends (its request metadata carries ``_dag``).
-DAG_STEP_DONE = "reactq.dag.step_done"
+RUNS, TOOLS = RUNS_QUEUE, TOOLS_QUEUE
 
 
 class StoreIO:
@@ -53,7 +54,8 @@ class StoreIO:
 
 
 def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
-    """Advance a run in phase select / llm / tools (fan-in), or hand it to the right task.
+    """Advance a run whose next step is selection, an LLM turn or a fan-in; hand any other
+    on (the watchdog resends ``reactq.iterate`` whatever the step).
 
     Steps that need no other task (selection, an LLM turn that leads to another LLM turn,
     the fan-in followed by the next turn) run back to back in this task: each is committed
@@ -63,48 +65,64 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     rec = rt.store.load(run_id)
     if _stale(rec, step_no):
         return
-    if rec.state is not None and rec.state.phase == "done":
-        threads.ended(rt, rec.state, send)  # resumed after a crash that followed the last commit
-        return
     state = rec.state or _initial_state(rt, rec)
     if rec.state is None and not threads.prepare(rt, rec, state):
         return
     flow.set_message_priority(state)
     current = rec.step_no
-    while state.phase in ("select", "llm", "tools"):
-        if rt.store.cancel_requested(run_id):
-            _commit(rt, state, current, threads.stop(rt, state, rt.deps_for(state).clock()), send)
-            return
+    while True:
         began = time.time()
-        if state.phase == "tools":
-            events = _fan_in(rt, state, current, send)
-        else:
-            gate = flow.gate(rt, state, rt.deps_for(state))
-            if gate.events is not None:  # the token budget is used up: the run ends here
-                _commit(rt, state, current, gate.events, send)
-                return
-            if gate.wait is not None:
-                _defer(rt, state, current, gate.wait, 0, send, ITERATE)
-                return
-            try:
-                with flow.scoped(gate):
-                    events = _llm_or_select(rt, state)
-            except RateLimited as wait:
-                _defer_stored(rt, run_id, wait, send, ITERATE)
-                return
-        if events is None:
-            return  # tools still running: their last one sends the next iterate
-        if state.phase == "tools" and rt.store.cancel_requested(run_id):
-            # Asked to stop (cancel, or a newer message on its thread) while the LLM was
-            # thinking: the calls it just made are answered, never sent to a tool.
-            events += threads.stop(rt, state, rt.deps_for(state).clock())
-        if not _commit(rt, state, current, events, send, chain=True, began=began):
+        adv = _advance(rt, state, current, send)
+        if adv is None or not _commit(rt, state, current, adv, send, chain=True, began=began):
             return
-        if state.phase == "tools":
-            return  # _commit sent the tool tasks; the last to finish sends the fan-in
         current = state.step_no
-    if state.phase == "answer":
-        send(ANSWER, [run_id, current], RUNS)
+
+
+def _advance(rt: Runtime, state: RunState, step_no: int, send: Send) -> Advance | None:
+    """Take the run's next step in this task; None when there is nothing to commit here."""
+    nxt = next_step(state)
+    match nxt:
+        case SelectTools() | CallLLM() | RunTools() if rt.store.cancel_requested(state.run_id):
+            return advanced(state, threads.stop(rt, state, rt.deps_for(state).clock()))
+        case SelectTools():
+            return _gated(rt, state, steps.select_step, step_no, send)
+        case CallLLM():
+            return _gated(rt, state, steps.llm_step, step_no, send)
+        case RunTools(calls=calls):
+            return _fan_in(rt, state, calls, step_no, send)
+        case Answer():
+            send(ANSWER, [state.run_id, step_no], RUNS)
+            return None
+        case Done():
+            threads.ended(rt, state, send)  # resumed after a crash that followed the last commit
+            return None
+        case _:
+            assert_never(nxt)
+
+
+StepFn = Callable[[RunState, steps.EngineDeps, steps.StepIO], Coroutine[Any, Any, Advance]]
+
+
+def _gated(rt: Runtime, state: RunState, step: StepFn, step_no: int, send: Send) -> Advance | None:
+    """Selection or an LLM turn, once the flow gate lets it call its model."""
+    gate = flow.gate(rt, state, rt.deps_for(state))
+    if gate.events is not None:  # the token budget is used up: the run ends here
+        return advanced(state, gate.events)
+    if gate.wait is not None:
+        _defer(rt, state, step_no, gate.wait, 0, send, ITERATE)
+        return None
+    try:
+        with flow.scoped(gate):
+            adv = _llm_or_select(rt, state, step)
+    except RateLimited as wait:
+        _defer_stored(rt, state.run_id, wait, send, ITERATE)
+        return None
+    if isinstance(adv.next, RunTools) and rt.store.cancel_requested(state.run_id):
+        # Asked to stop (cancel, or a newer message on its thread) while the LLM was
+        # thinking: the calls it just made are answered, never sent to a tool.
+        stop = threads.stop(rt, state, rt.deps_for(state).clock())
+        return advanced(state, adv.events + stop, adv.step)
+    return adv
 
 
 def _cancellable(rt: Runtime, run_id: str, coro: Any) -> Any:
@@ -112,57 +130,65 @@ def _cancellable(rt: Runtime, run_id: str, coro: Any) -> Any:
     return rt.run(until_cancelled(coro, lambda: rt.store.cancel_requested(run_id)))
 
 
-def _llm_or_select(rt: Runtime, state: RunState) -> list[Event]:
+def _llm_or_select(rt: Runtime, state: RunState, step: StepFn) -> Advance:
     deps = rt.deps_for(state)
-    step = steps.select_step if state.phase == "select" else steps.llm_step
     try:
-        return _cancellable(rt, state.run_id, step(state, deps, StoreIO(rt, state.run_id)))
+        adv: Advance = _cancellable(rt, state.run_id, step(state, deps, StoreIO(rt, state.run_id)))
+        return adv
     except RateLimited:
         raise  # not a failure: the step is sent again once the model has capacity
     except RunCancelled:
-        return threads.stop(rt, state, deps.clock())
+        return advanced(state, threads.stop(rt, state, deps.clock()))
     except redis.RedisError:
         raise  # Redis went away mid-step: not the LLM's failure; the step is resumed later
     except Exception as exc:  # S64: an LLM failure ends the run, with a done event
         log.warning("run %s failed: %s", state.run_id, exc)
-        return loop.fail(state, exc, now=deps.clock())
+        return advanced(state, ending.fail(state, exc, now=deps.clock()))
 
 
 def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
     """Stream the synthesis and finish the run."""
     rec = rt.store.load(run_id)
-    if rec.state is not None and rec.state.phase == "done" and step_no is None:
-        threads.ended(rt, rec.state, send)  # resumed after a crash that followed the last commit
-        return
-    if _stale(rec, step_no) or rec.state is None or rec.state.phase != "answer":
-        return
     state = rec.state
+    if state is None or _stale(rec, step_no):
+        return
+    nxt = next_step(state)
+    if isinstance(nxt, Done) and step_no is None:
+        threads.ended(rt, state, send)  # resumed after a crash that followed the last commit
+        return
+    if not isinstance(nxt, Answer):
+        return
     flow.set_message_priority(state)
+    adv = _answer_step(rt, state, rec, send)
+    if adv is not None:
+        _commit(rt, state, rec.step_no, adv, send)
+
+
+def _answer_step(rt: Runtime, state: RunState, rec: RunRecord, send: Send) -> Advance | None:
+    """The synthesis through the flow gate; None when it waits for model capacity."""
     deps = rt.deps_for(state)
     if rec.cancel:
-        events = threads.stop(rt, state, deps.clock())
-    else:
-        gate = flow.gate(rt, state, deps)
-        if gate.wait is not None:
-            _defer(rt, state, rec.step_no, gate.wait, rec.pub_seq, send, ANSWER)
-            return
-        if gate.events is not None:
-            events = gate.events
-        else:
-            try:
-                with flow.scoped(gate):
-                    events = _cancellable(rt, run_id, steps.answer_step(state, deps, StoreIO(rt, run_id),
-                                                                        published_seq=rec.pub_seq))
-            except RateLimited as wait:
-                _defer_stored(rt, run_id, wait, send, ANSWER)
-                return
-            except RunCancelled:
-                events = threads.stop(rt, state, deps.clock())
-            except redis.RedisError:
-                raise
-            except Exception as exc:
-                events = loop.fail(state, exc, now=deps.clock(), kind="internal")
-    _commit(rt, state, rec.step_no, events, send)
+        return advanced(state, threads.stop(rt, state, deps.clock()))
+    gate = flow.gate(rt, state, deps)
+    if gate.wait is not None:
+        _defer(rt, state, rec.step_no, gate.wait, rec.pub_seq, send, ANSWER)
+        return None
+    if gate.events is not None:
+        return advanced(state, gate.events)
+    try:
+        with flow.scoped(gate):
+            adv: Advance = _cancellable(rt, state.run_id, steps.answer_step(
+                state, deps, StoreIO(rt, state.run_id), published_seq=rec.pub_seq))
+            return adv
+    except RateLimited as wait:
+        _defer_stored(rt, state.run_id, wait, send, ANSWER)
+        return None
+    except RunCancelled:
+        return advanced(state, threads.stop(rt, state, deps.clock()))
+    except redis.RedisError:
+        raise
+    except Exception as exc:
+        return advanced(state, ending.fail(state, exc, now=deps.clock(), kind="internal"))
 
 
 def _defer(rt: Runtime, state: RunState, step_no: int, wait: RateLimited, published_seq: int,
@@ -170,7 +196,7 @@ def _defer(rt: Runtime, state: RunState, step_no: int, wait: RateLimited, publis
     """The step waits for model capacity: commit the wait (one ``rate_limited`` event per
     wait), free this worker slot, and send the step again when capacity is expected."""
     events = flow.deferred_events(state, wait, published_seq, now=time.time())
-    if _commit(rt, state, step_no, events, send, chain=True):
+    if _save(rt, state, step_no, advanced(state, events)):
         flow.send_later(rt, task, [state.run_id, state.step_no], RUNS, wait.wait_s, state)
 
 
@@ -182,58 +208,20 @@ def _defer_stored(rt: Runtime, run_id: str, wait: RateLimited, send: Send, task:
     _defer(rt, state, rec.step_no, wait, rec.pub_seq, send, task)
 
 
-def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> None:
-    """Run one tool call of a turn (unless the ledger has it), then count it in."""
-    turn = rt.store.get_turn(run_id)
-    if not turn or turn["step_no"] != step_no:
-        return  # the turn is over: a late duplicate
-    calls = [ToolCallRequest.model_validate(c) for c in turn["calls"]]
-    call = next((c for c in calls if c.id == call_id), None)
-    if call is None:
-        return
-    record = rt.store.ledger_get(run_id, call_id)
-    if record is None or record["status"] != "done":
-        outcome = _execute_once(rt, run_id, step_no, call, turn, record)
-        if rt.store.ledger_done(run_id, call_id, outcome, step_no):
-            metrics.record_tool(rt, outcome)
-        else:  # another worker finished it while this one was cut off: its result stands
-            log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
-    if rt.store.fanin(run_id, step_no, call_id, len(calls)) >= len(calls):
-        send(ITERATE, [run_id, step_no], RUNS)
-
-
-def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
-                  turn: dict[str, Any], record: dict[str, Any] | None) -> ToolOutcome:
-    registry = rt.tools.filtered(turn["tool_names"])
-    if record is not None and call.name in registry and not registry.get(call.name).idempotent:
-        # An earlier delivery started this call and died: its effect is unknown, and a
-        # non-idempotent tool must not silently run twice.
-        return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.UNCERTAIN_OBSERVATION,
-                           uncertain=True, worker=rt.worker_name)
-    if record is None:
-        rt.store.ledger_claim(run_id, call.id, uuid.uuid4().hex, step_no)
-    from reactq.shared.engine.toolexec import execute_call
-
-    with otel.tool_span(call.name, call.id, run_id) as span:
-        outcome = rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
-                                      metadata=turn.get("metadata") or {}, worker=rt.worker_name))
-        otel.tool_outcome(span, outcome.error, outcome.blocked, outcome.uncertain)
-    return outcome
-
-
-def _fan_in(rt: Runtime, state: RunState, step_no: int, send: Send) -> list[Event] | None:
-    """All of the turn's outcomes are in ⇒ the events of finishing the turn; else None."""
-    ids = [c.id for c in state.pending_calls]
-    outcomes = rt.store.ledger_outcomes(state.run_id, ids)
-    if len(outcomes) < len(ids):
+def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], step_no: int,
+            send: Send) -> Advance | None:
+    """All of the turn's outcomes are in ⇒ finishing the turn; else None."""
+    outcomes = rt.store.ledger_outcomes(state.run_id, [c.id for c in calls])
+    if len(outcomes) < len(calls):
         # Resumed by the watchdog before every tool reported: send what nobody is running.
-        for call in state.pending_calls:
+        for call in calls:
             if call.id not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{call.id}"):
                 send(TOOL, [state.run_id, step_no, call.id, call.name], TOOLS)
         return None
     deps = rt.deps_for(state)
     events = _uncertain_events(state, outcomes) + _crashed_events(state, outcomes)
-    return events + rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
+    adv: Advance = rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
+    return replace(adv, events=events + adv.events)
 
 
 def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:
@@ -252,38 +240,47 @@ def _crashed_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[E
             for o in outcomes.values() if o.crashed]
 
 
-def _commit(rt: Runtime, state: RunState, step_no: int, events: list[Event], send: Send,
-            *, chain: bool = False, began: float | None = None) -> bool:
-    """Save the step; then enqueue what comes next. With ``chain``, steps that this task
-    continues itself (select / llm) are not enqueued. False when the step was stale."""
-    if not rt.store.commit(state.run_id, state, step_no, events):
+def _commit(rt: Runtime, state: RunState, step_no: int, adv: Advance, send: Send, *,
+            chain: bool = False, began: float | None = None) -> bool:
+    """Save the step, then carry out what comes next. True when this task goes on with it
+    itself (``chain``: selection and LLM turns); False otherwise, or when the step was stale."""
+    return _save(rt, state, step_no, adv, began) and _enqueue(rt, state, adv.next, send, chain=chain)
+
+
+def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float | None = None) -> bool:
+    """Commit the step (compare-and-set on ``step_no``); False when it was stale."""
+    if not rt.store.commit(state.run_id, state, step_no, adv.events):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
         return False
-    metrics.on_commit(rt, state, step_no, events, began)
-    if state.phase == "done" and state.rate_limited_since is not None:
-        flow.unpark(rt, state.run_id)  # ended while waiting (cancelled): nothing to resume
+    metrics.on_commit(rt, state, step_no, adv, began)
     faults.point("after_commit")
-    if not (chain and state.phase in ("select", "llm", "answer")):
-        schedule(state, send)
-    if state.phase == "done":
-        threads.ended(rt, state, send)  # a run that ends for any reason hands its thread on
     return True
 
 
-def schedule(state: RunState, send: Send) -> None:
-    """Enqueue what the state's phase needs next (for a finished DAG step: its DAG)."""
-    if state.phase == "done":
-        parent = state.metadata.get("_dag")
-        if isinstance(parent, dict):
-            send(DAG_STEP_DONE, [parent["dag_id"], parent["step_id"], state.run_id], RUNS)
-    elif state.phase in ("select", "llm"):
-        send(ITERATE, [state.run_id, state.step_no], RUNS)
-    elif state.phase == "tools":
-        for call in state.pending_calls:
-            # The tool name rides along for Flower; the task reads the call from Redis.
-            send(TOOL, [state.run_id, state.step_no, call.id, call.name], TOOLS)
-    elif state.phase == "answer":
-        send(ANSWER, [state.run_id, state.step_no], RUNS)
+def _enqueue(rt: Runtime, state: RunState, nxt: Next, send: Send, *, chain: bool) -> bool:
+    """Send what the committed next step needs (for a finished DAG step: its DAG too).
+    True when, with ``chain``, this task takes the step itself instead."""
+    match nxt:
+        case SelectTools() | CallLLM():
+            if chain:
+                return True
+            send(ITERATE, [state.run_id, state.step_no], RUNS)
+        case RunTools(calls=calls):
+            for call in calls:
+                # The tool name rides along for Flower; the task reads the call from Redis.
+                send(TOOL, [state.run_id, state.step_no, call.id, call.name], TOOLS)
+        case Answer():
+            send(ANSWER, [state.run_id, state.step_no], RUNS)
+        case Done():
+            if state.rate_limited_since is not None:
+                flow.unpark(rt, state.run_id)  # ended while waiting (cancelled): nothing to resume
+            parent = state.metadata.get("_dag")
+            if isinstance(parent, dict):
+                send(DAG_STEP_DONE, [parent["dag_id"], parent["step_id"], state.run_id], RUNS)
+            threads.ended(rt, state, send)  # a run that ends for any reason hands its thread on
+        case _:
+            assert_never(nxt)
+    return False
 
 
 def _stale(rec: RunRecord, step_no: int | None) -> bool:
@@ -299,17 +296,10 @@ def _initial_state(rt: Runtime, rec: RunRecord) -> RunState:
 
 # -- the crash limit (workers/due.py counts; these end what must not be sent again) --------
 
-def _crash_text(what: str, crashes: int, rt: Runtime) -> str:
+def crash_text(what: str, crashes: int, rt: Runtime) -> str:
     return (f"{what} was not run again: the worker running it stopped {crashes} times "
             f"(killed or hung), so it is treated as a poison pill "
             f"(REACTQ_MAX_TASK_CRASHES={rt.settings.max_task_crashes}).")
-
-
-def turn_call(turn: dict[str, Any] | None, call_id: str) -> ToolCallRequest | None:
-    for c in (turn or {}).get("calls", []):
-        if c.get("id") == call_id:
-            return ToolCallRequest.model_validate(c)
-    return None
 
 
 def give_up_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
@@ -329,32 +319,6 @@ def end_crashed_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
     # past the saved state; they stay published, and the ending follows them (else its
     # seqs would be skipped as already published and the run would end without ``done``).
     state.seq = max(state.seq, rec.pub_seq)
-    events = loop.fail(state, _crash_text("The run's next step", crashes, rt), now=time.time(),
-                       kind="task_crashed")
-    _commit(rt, state, rec.step_no, events, send)
-
-
-def give_up_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, crashes: int,
-                 send: Send) -> None:
-    """Answer the call with an error observation (``tool_crashed``) and count it in."""
-    spec = [run_id, step_no, call.id, call.name]
-    with rt.leases.hold(f"tool:{run_id}:{call.id}", TOOL, spec, TOOLS, wait=0) as held:
-        if held:
-            end_crashed_tool(rt, run_id, step_no, call, crashes, send)
-
-
-def end_crashed_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, crashes: int,
-                     send: Send) -> None:
-    """``give_up_tool`` for a caller that holds the call's lease."""
-    turn = rt.store.get_turn(run_id)
-    if not turn or turn["step_no"] != step_no:
-        return
-    record = rt.store.ledger_get(run_id, call.id)
-    if record is None or record["status"] != "done":
-        text = _crash_text(f"Tool '{call.name}'", crashes, rt)
-        outcome = ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=text, crashed=True,
-                              worker=rt.worker_name)
-        rt.store.ledger_done(run_id, call.id, outcome, step_no)
-    n = len(turn["calls"])
-    if rt.store.fanin(run_id, step_no, call.id, n) >= n:
-        send(ITERATE, [run_id, step_no], RUNS)
+    events = ending.fail(state, crash_text("The run's next step", crashes, rt), now=time.time(),
+                         kind="task_crashed")
+    _commit(rt, state, rec.step_no, advanced(state, events), send)

@@ -35,7 +35,8 @@ import redis
 from reactq.shared.due import Member, now_ms, parse_member
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RunNotFound
-from reactq.workers import drive
+from reactq.shared.wire import DAG_RESUME, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
+from reactq.workers import drive, toolcall
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -183,12 +184,12 @@ class DueWatchdog(threading.Thread):
             drive.give_up_run(self.rt, m.owner, crashes, self.send)
             return
         log.info("resending run %s step %s%s", m.owner, rec.step_no, " (its worker died)" if died else "")
-        self.send(drive.ITERATE, [m.owner, rec.step_no], drive.RUNS)
+        self.send(ITERATE, [m.owner, rec.step_no], RUNS_QUEUE)
 
     def _tool(self, member: str, m: Member, died: bool) -> None:
         assert m.call_id is not None
         turn = self.rt.store.get_turn(m.owner)
-        call = drive.turn_call(turn, m.call_id)
+        call = toolcall.turn_call(turn, m.call_id)
         if turn is None or call is None:
             self._forget(member)  # the turn is over (answered, cancelled, expired)
             return
@@ -196,16 +197,17 @@ class DueWatchdog(threading.Thread):
         crashes = self.crashes.tool(m.owner, m.call_id, step_no, died)
         if crashes >= self.crashes.limit:
             log.error("run %s: tool call %s stopped %s times; not sent again", m.owner, m.call_id, crashes)
-            drive.give_up_tool(self.rt, m.owner, step_no, call, crashes, self.send)
+            toolcall.give_up_tool(self.rt, m.owner, step_no, call, crashes, self.send)
             return
         log.info("resending tool call %s of run %s%s", m.call_id, m.owner,
                     " (its worker died)" if died else "")
-        self.send(drive.TOOL, [m.owner, step_no, m.call_id, call.name], drive.TOOLS)
+        self.send(TOOL, [m.owner, step_no, m.call_id, call.name], TOOLS_QUEUE)
 
     def _dag(self, member: str, m: Member, died: bool) -> None:
-        from reactq.workers import dag as dag_tasks  # the DAG tasks import this module's users
+        from reactq.workers.dags import drive as dag_drive  # the DAG tasks import this module's users
+        from reactq.workers.dags import tasks as dag_tasks
 
-        ctx = dag_tasks.context()
+        ctx = dag_drive.context()
         try:
             rec = ctx.store.load(m.owner)
         except RunNotFound:
@@ -219,7 +221,7 @@ class DueWatchdog(threading.Thread):
             dag_tasks.give_up(ctx, m.owner, crashes)
             return
         log.info("resending DAG %s%s", m.owner, " (its worker died)" if died else "")
-        dag_tasks.send(dag_tasks.RESUME, [m.owner])
+        dag_drive.send(DAG_RESUME, [m.owner])
 
 
 def _s(v: Any) -> str:

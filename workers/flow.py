@@ -24,9 +24,10 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import flowcontrol, loop
+from reactq.shared.engine.next import Answer, CallLLM, Done, RunTools, SelectTools, next_step
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.engine.synthesis import synthesis_messages
@@ -38,7 +39,7 @@ from reactq.shared.llm.base import LLM
 from reactq.shared.due import run_member
 from reactq.shared.redisconn import broker_url
 from reactq.shared.settings import Settings
-from reactq.workers.config import message_priorities
+from reactq.shared.wire import message_priorities
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
@@ -79,22 +80,26 @@ def spent(rt: Runtime, run_id: str) -> int:
 
 def _step_call(state: RunState, deps: EngineDeps) -> tuple[LLM, int] | None:
     """The model the step is about to call and its estimated tokens (None: no call)."""
-    est = 512
-    if state.phase == "select":
-        if not loop.needs_selection(state, deps.config):
+    nxt = next_step(state)
+    match nxt:
+        case SelectTools():
+            if not loop.needs_selection(state, deps.config):
+                return None
+            llm = deps.selection_llm or deps.llm
+            return llm, len(state.query) // 4 + 30 * len(state.available_tools) + _completion(llm)
+        case CallLLM():
+            return deps.llm, estimate_tokens(state.messages, deps.schemas(state), None, _completion(deps.llm))
+        case Answer():
+            return deps.llm, estimate_tokens(synthesis_messages(state), None, None, _completion(deps.llm))
+        case RunTools() | Done():
             return None
-        llm = deps.selection_llm or deps.llm
-        if isinstance(llm, LimitedLLM):
-            est = llm.flow.completion_estimate
-        return llm, len(state.query) // 4 + 30 * len(state.available_tools) + est
-    llm = deps.llm
-    if isinstance(llm, LimitedLLM):
-        est = llm.flow.completion_estimate
-    if state.phase == "llm":
-        return llm, estimate_tokens(state.messages, deps.schemas(state), None, est)
-    if state.phase == "answer":
-        return llm, estimate_tokens(synthesis_messages(state), None, None, est)
-    return None
+        case _:
+            assert_never(nxt)
+
+
+def _completion(llm: LLM) -> int:
+    """The completion tokens to reserve for a call to ``llm``."""
+    return llm.flow.completion_estimate if isinstance(llm, LimitedLLM) else 512
 
 
 class Gate:
@@ -110,13 +115,13 @@ class Gate:
 def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     """Decide at the step boundary (see the module doc)."""
     scope = FlowScope(run_id=state.run_id, priority=state.priority, defer=True)
-    if state.token_budget is not None and state.phase in ("llm", "answer"):
+    if state.token_budget is not None and isinstance(next_step(state), CallLLM | Answer):
         used = spent(rt, state.run_id)
-        if loop.budget_reached(state, used):
+        if flowcontrol.budget_reached(state, used):
             from reactq.workers import flow_metrics
 
             flow_metrics.budget_stop(rt, "run")
-            return Gate(events=loop.stop_for_budget(state, used, now=deps.clock()))
+            return Gate(events=flowcontrol.stop_for_budget(state, used, now=deps.clock()))
     call = _step_call(state, deps)
     if call is None:
         return Gate(scope=scope)
@@ -128,7 +133,7 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
                 scope.tickets[llm.name] = got
             if state.rate_limited_since is not None:  # the wait is over
                 unpark(rt, state.run_id)
-                loop.admitted(state)
+                flowcontrol.admitted(state)
             return Gate(scope=scope)
         assert isinstance(got, Denied) and isinstance(llm, LimitedLLM)
         llm.flow.note("wait", model=llm.name, priority=state.priority, seconds=got.wait_s)
@@ -168,7 +173,7 @@ def _release(ticket: Ticket) -> None:
 def deferred_events(state: RunState, wait: RateLimited, published_seq: int, now: float) -> list[Event]:
     """The events of a step that waits: seqs continue after what was already published."""
     state.seq = max(state.seq, published_seq)
-    return loop.rate_limited(state, wait.model, wait.wait_s, now=now)
+    return flowcontrol.rate_limited(state, wait.model, wait.wait_s, now=now)
 
 
 def send_later(rt: Runtime, task: str, args: list[Any], queue: str, countdown: float,

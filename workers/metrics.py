@@ -30,21 +30,20 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from reactq.shared.engine.next import Advance, CallLLM, Done, RunTools
 from reactq.shared.engine.state import RunState, ToolOutcome
-from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry
+from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+    FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
+)
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
-
-from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
-    FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
-)
 
 
 def bucket_for(family: Family, value: float) -> str:
@@ -149,58 +148,56 @@ def error_code(exc: BaseException) -> str:
 
 # -- run lifecycle (called by workers/drive.py after a step was committed) -------------
 
-def on_commit(rt: Runtime, state: RunState, step_no: int, events: list[Event],
+def on_commit(rt: Runtime, state: RunState, step_no: int, adv: Advance,
               began: float | None = None) -> None:
-    """Record what the step just committed (``step_no`` before it) means for the metrics.
+    """Record what the step just committed (``step_no`` before it) means for the metrics,
+    from the step that ran (``adv.step``) and what comes next (``adv.next``):
 
     * the run's first step (``step_no == 0``) ⇒ run started (by resolved mode), in flight;
-    * an LLM step (``began`` = when it started) whose reply asked for no tools ⇒ a turn
-      of ``now - began``; one that asked for tools ⇒ the turn goes on until its fan-in;
-    * a fan-in step (its events finish tool calls) ⇒ the turn started by the LLM step ends;
-    * a ``done`` event ⇒ run ended (status, mode), no longer in flight.
+    * an LLM turn (``began`` = when it started) that leads to its tools ⇒ the turn goes on
+      until its fan-in; one that leads anywhere else ⇒ a turn of ``now - began``;
+    * a fan-in (``RunTools`` ran) ⇒ the turn started by the LLM step ends;
+    * ``Done`` next ⇒ run ended (status, mode), no longer in flight.
 
     Commits are compare-and-set, so each step is counted once however often it was delivered.
     """
     try:
-        _on_commit(Recorder(rt.redis, rt.keys), state, step_no, events, began)
+        _on_commit(Recorder(rt.redis, rt.keys), state, step_no, adv, began)
     except redis.RedisError as exc:  # never let metrics fail a step
         log.warning("metrics not recorded for run %s: %s", state.run_id, exc)
 
 
-def _on_commit(rec: Recorder, state: RunState, step_no: int, events: list[Event],
+def _on_commit(rec: Recorder, state: RunState, step_no: int, adv: Advance,
                began: float | None) -> None:
     now = time.time()
     rid = state.run_id
     turn_labels = [state.model, state.mode]
-    llm_turn = any(_is(e, "step", "thinking", "done") for e in events)
-    fan_in = not llm_turn and any(_is(e, "step", "iteration", "done") for e in events)
-    turn_start: float | None = None
-    if fan_in:
-        raw = rec.client.hget(rec.run_key(TURNS, rid), rid)
-        turn_start = float(raw) if raw else None
     b = rec.batch()
     if step_no == 0:
         b.inc("runs_started", [state.mode])
         b.hset(INFLIGHT, rid, f"{state.started_at or now:.3f}")
-    if llm_turn and began is not None:
-        if state.phase == "tools":
-            b.hset(TURNS, rid, f"{began:.6f}")
-        else:
-            b.observe("turn_seconds", turn_labels, now - began)
-    if turn_start is not None:
-        b.observe("turn_seconds", turn_labels, now - turn_start)
-    if fan_in or state.phase == "done":
-        b.hdel(TURNS, rid)
-    if any(e.channel == "done" for e in events):
-        b.inc("runs_ended", [state.status, state.mode])
+    match adv.step:
+        case CallLLM() if began is not None:
+            if isinstance(adv.next, RunTools):
+                b.hset(TURNS, rid, f"{began:.6f}")
+            else:
+                b.observe("turn_seconds", turn_labels, now - began)
+        case RunTools():
+            raw = rec.client.hget(rec.run_key(TURNS, rid), rid)
+            if raw:
+                b.observe("turn_seconds", turn_labels, now - float(raw))
+            b.hdel(TURNS, rid)
+        case _:
+            pass
+    if isinstance(adv.next, Done):
+        result = adv.next.result
+        if not isinstance(adv.step, RunTools):
+            b.hdel(TURNS, rid)
+        b.inc("runs_ended", [result.status, result.mode])
         if state.started_at:
-            b.observe("run_seconds", [state.status], (state.ended_at or now) - state.started_at)
+            b.observe("run_seconds", [result.status], (state.ended_at or now) - state.started_at)
         b.hdel(INFLIGHT, rid)
     b.flush()
-
-
-def _is(e: Event, channel: str, type_: str, status: str) -> bool:
-    return e.channel == channel and e.data.get("type") == type_ and e.data.get("status") == status
 
 
 # -- a metering wrapper for the models a worker uses -----------------------------------
@@ -269,5 +266,5 @@ def metered_registry(registry: ModelRegistry, recorder: Recorder) -> ModelRegist
 
 
 def record_tool(rt: Runtime, outcome: ToolOutcome) -> None:
-    """A tool call this worker just executed (called where ``drive.tool`` records it)."""
+    """A tool call this worker just executed (called where ``toolcall.tool`` records it)."""
     Recorder(rt.redis, rt.keys).tool(outcome)

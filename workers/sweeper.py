@@ -21,6 +21,7 @@ from typing import Any
 import redis
 
 from reactq.shared.keys import Keys
+from reactq.shared.wire import ITERATE, RUNS_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Sweeper(threading.Thread):
             # One resend per stall window for the whole fleet.
             if self.r.set(f"{self.keys.prefix}stall:{run_id}", "1", nx=True, ex=max(1, int(self.stall))):
                 log.warning("resuming run %s: unchanged for %.0fs and nobody holds it", run_id, self.stall)
-                self.send("reactq.iterate", [run_id, None], "reactq.runs")
+                self.send(ITERATE, [run_id, None], RUNS_QUEUE)
                 resent.append(run_id)
         return resent
 

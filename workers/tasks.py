@@ -1,4 +1,5 @@
-"""Celery tasks: thin wiring around ``reactq.workers.drive``. Payloads carry ids, never histories.
+"""Celery tasks: thin wiring around ``reactq.workers.drive`` (a run's steps) and
+``reactq.workers.toolcall`` (tool calls). Payloads carry ids, never histories.
 
 | task              | queue         | args                         | does                           |
 |-------------------|---------------|------------------------------|--------------------------------|
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import signals
 
 from reactq.shared.errors import RunNotFound
 from reactq.shared.tools.mcp import close_hub
-from reactq.workers import drive, faults, flow
+from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
+from reactq.workers import drive, faults, flow, toolcall
 from reactq.workers.app import app
 from reactq.workers.due import Crashes, DueWatchdog
 from reactq.workers.runtime import Runtime, runtime
@@ -51,27 +54,28 @@ def _resume_step(task: Any, step_no: int | None) -> int | None:
     return None if info.get("redelivered") else step_no
 
 
-@app.task(name="reactq.iterate", ignore_result=True, bind=True)
+@app.task(name=ITERATE, ignore_result=True, bind=True)
 def iterate(self: Any, run_id: str, step_no: int | None = None) -> None:
-    step_no = _resume_step(self, step_no)
-    flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
-    rt = runtime()
-    faults.point("before_lease", "reactq.iterate")
-    with rt.leases.hold(f"run:{run_id}", "reactq.iterate", [run_id, None], drive.RUNS) as held:
-        if held and not _run_crashed_too_often(rt, run_id):
-            faults.point("in_lease", "reactq.iterate", run_id)
-            drive.iterate(rt, run_id, step_no, send)
+    _run_step(self, ITERATE, run_id, step_no, drive.iterate)
 
 
-@app.task(name="reactq.answer", ignore_result=True, bind=True)
+@app.task(name=ANSWER, ignore_result=True, bind=True)
 def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
-    step_no = _resume_step(self, step_no)
+    _run_step(self, ANSWER, run_id, step_no, drive.answer)
+
+
+def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
+              step: Callable[[Runtime, str, int | None, drive.Send], None]) -> None:
+    """A run's step task (``iterate`` / ``answer``): holds the run's lease while ``step`` runs.
+    The lease's resend spec is always ``name`` resuming whatever is current."""
+    step_no = _resume_step(task, step_no)
     flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
-    faults.point("before_lease", "reactq.answer")
-    with rt.leases.hold(f"run:{run_id}", "reactq.answer", [run_id, None], drive.RUNS) as held:
+    faults.point("before_lease", name)
+    with rt.leases.hold(f"run:{run_id}", name, [run_id, None], RUNS_QUEUE) as held:
         if held and not _run_crashed_too_often(rt, run_id):
-            drive.answer(rt, run_id, step_no, send)
+            faults.point("in_lease", name, run_id)
+            step(rt, run_id, step_no, send)
 
 
 def _run_crashed_too_often(rt: Runtime, run_id: str) -> bool:
@@ -89,30 +93,30 @@ def _run_crashed_too_often(rt: Runtime, run_id: str) -> bool:
     return True
 
 
-@app.task(name="reactq.tool", ignore_result=True)
+@app.task(name=TOOL, ignore_result=True)
 def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) -> None:
     """``tool_name`` is only there so that Flower shows which tool a task runs."""
     flow.set_message_priority(None)
     rt = runtime()
     member = f"tool:{run_id}:{call_id}"
     spec = [run_id, step_no, call_id, tool_name]
-    faults.point("before_lease", "reactq.tool")
-    with rt.leases.hold(member, "reactq.tool", spec, drive.TOOLS) as held:
+    faults.point("before_lease", TOOL)
+    with rt.leases.hold(member, TOOL, spec, TOOLS_QUEUE) as held:
         if held and not _tool_crashed_too_often(rt, run_id, step_no, call_id):
-            drive.tool(rt, run_id, step_no, call_id, send)
+            toolcall.tool(rt, run_id, step_no, call_id, send)
 
 
 def _tool_crashed_too_often(rt: Runtime, run_id: str, step_no: int, call_id: str) -> bool:
     if not rt.leases.took_over():
         return False
     turn = rt.store.get_turn(run_id)
-    call = drive.turn_call(turn, call_id)
+    call = toolcall.turn_call(turn, call_id)
     if turn is None or call is None or turn["step_no"] != step_no:
         return False
     crashes = Crashes(rt).tool(run_id, call_id, step_no, True)
     if crashes < rt.settings.max_task_crashes:
         return False
-    drive.end_crashed_tool(rt, run_id, step_no, call, crashes, send)
+    toolcall.end_crashed_tool(rt, run_id, step_no, call, crashes, send)
     return True
 
 

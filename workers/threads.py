@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending
 from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
@@ -21,11 +21,11 @@ from reactq.shared.threads import (
     not_started,
     run_thread,
 )
+from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-ITERATE, RUNS = "reactq.iterate", "reactq.runs"
 
 
 def thread_store(rt: Runtime) -> ThreadStore:
@@ -57,8 +57,8 @@ def stop(rt: Runtime, state: RunState, now: float) -> list[Event]:
     if state.thread_id:
         kind = thread_store(rt).stop_kind(state.thread_id, state.run_id)
         if kind in ("interrupt", "rollback"):
-            return loop.interrupt(state, now=now, strategy=kind)
-    return loop.cancel(state, now=now)
+            return ending.interrupt(state, now=now, strategy=kind)
+    return ending.cancel(state, now=now)
 
 
 def ended(rt: Runtime, state: RunState, send: Any) -> None:
@@ -73,7 +73,7 @@ def ended(rt: Runtime, state: RunState, send: Any) -> None:
     nxt = end_of_run(thread_store(rt), rt.store, state.thread_id, state)
     if nxt is not None and nxt != state.run_id and not_started(rt.store, nxt):
         arm_first_step(rt.redis, rt.keys, nxt, handoff_grace(rt.settings.lease_seconds))
-        send(ITERATE, [nxt, 0], RUNS)
+        send(ITERATE, [nxt, 0], RUNS_QUEUE)
 
 
 def handoff_grace(lease_seconds: float) -> float:

@@ -21,6 +21,7 @@ died mid-call may run again) and the wall time.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 import random
 import time
 import uuid
@@ -83,7 +84,7 @@ def _submit_under_kills(c: Cluster, d: Any, r: redis.Redis, scenarios: list[Scen
             order = list(inflight)
             for rid in order:
                 statuses.hget(d.keys.run(rid), "status")
-            for rid, st in zip(order, statuses.execute()):
+            for rid, st in zip(order, statuses.execute(), strict=True):
                 if st in TERMINAL:
                     inflight.discard(rid)
         while todo and len(inflight) < INFLIGHT:
@@ -93,7 +94,7 @@ def _submit_under_kills(c: Cluster, d: Any, r: redis.Redis, scenarios: list[Scen
             inflight.add(h.run_id)
         if time.monotonic() >= next_kill and killed < kills:
             marks = r.mget([f"bench:soak:ready:{w.name}" for w in c.workers])
-            grown = [w for w, m in zip(c.workers, marks) if m and time.time() - float(m) >= 1.0]
+            grown = [w for w, m in zip(c.workers, marks, strict=True) if m and time.time() - float(m) >= 1.0]
             # Never the last ready worker: on a loaded machine a new worker takes seconds to
             # start, and a fleet with no worker up measures restarts, not recovery.
             if len(grown) >= 2:
@@ -134,7 +135,7 @@ def _drain(r: redis.Redis, d: Any, ids: list[str], timeout: float) -> list[str]:
         pipe = r.pipeline(transaction=False)
         for rid in left:
             pipe.hget(d.keys.run(rid), "status")
-        left = [rid for rid, st in zip(left, pipe.execute()) if st not in TERMINAL]
+        left = [rid for rid, st in zip(left, pipe.execute(), strict=True) if st not in TERMINAL]
         if left:
             time.sleep(0.25)
     return left
@@ -158,7 +159,7 @@ def _figures(r: redis.Redis, d: Any, ids: list[str], tag: str, runs: int) -> dic
         kinds = [json.loads(f[b"data"]).get("kind") for _, f in entries if f[b"event"] == b"error"]
         crash_limited += int("task_crashed" in kinds or "tool_crashed" in kinds)
         stamps = [int(i.split(b"-")[0]) / 1000 for i, _ in entries]
-        for k, (a, b) in enumerate(zip(stamps, stamps[1:])):
+        for k, (a, b) in enumerate(pairwise(stamps)):
             gap = b - a
             resume_gaps += int(gap > 1.5)
             if gap > slowest:

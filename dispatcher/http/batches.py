@@ -8,26 +8,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from reactq.dispatcher.batch import mark_duplicates, parse_obj, parse_text
+from reactq.dispatcher.batch.items import mark_duplicates, parse_obj, parse_text
 from reactq.dispatcher.http.errors import field_error, not_found
-from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.dispatcher.http.gateway import GatewayDep, IdPath
 from reactq.shared.errors import RequestError
-from reactq.shared.inputs import ID_PATTERN, decode_utf8
+from reactq.shared.inputs import decode_utf8
 from reactq.shared.requests import RunRequest
 
 router = APIRouter(tags=["batches"])
 
 JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
-
-
-BatchId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 
 
 class BatchIn(BaseModel):
@@ -65,7 +62,7 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
 
 
 @router.get("/v1/batches/{batch_id}")
-def get_batch(batch_id: BatchId, gw: GatewayDep,
+def get_batch(batch_id: IdPath, gw: GatewayDep,
               results: bool = Query(False, description="include the result lines")) -> Any:
     """Progress: done / succeeded / failed / invalid / running / queued, tokens."""
     view = gw.batches.view(batch_id, with_results=results)

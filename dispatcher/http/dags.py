@@ -11,26 +11,22 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from reactq.dispatcher.http.errors import conflict, field_error, not_found
-from reactq.dispatcher.http.gateway import Gateway, GatewayDep
-from reactq.dispatcher.http.sse import SSE_HEADERS, check_cursor, event_stream
+from reactq.dispatcher.http.errors import field_error, interrupt_reply
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
+from reactq.dispatcher.http.sse import events_response
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, public_view
-from reactq.shared.errors import RequestError, TooManyRequests
-from reactq.shared.inputs import ID_PATTERN
+from reactq.shared.errors import RequestError
 from reactq.shared.requests import DagRequest
 
 __all__ = ["router"]
-
-#: Checked before the id is used to build a Redis key (``ID:events`` is a 422, not a read).
-DagId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 
 router = APIRouter(tags=["dags"])
 
@@ -40,13 +36,6 @@ class DagCreated(BaseModel):
     events_url: str
     status_url: str
     created: bool
-
-
-class FollowUp(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    content: StrictStr = Field(..., min_length=1)
-    """At most ``REACTQ_MAX_INTERRUPT_CHARS`` (checked by the handle, for the CLI too)."""
 
 
 @router.post("/v1/dags", status_code=202, response_model=DagCreated)
@@ -64,37 +53,23 @@ def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/dags/{dag_id}")
-def get_dag(dag_id: DagId, gw: GatewayDep) -> Any:
+def get_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
     """Status, phase, round, each step's status / child run / result, the answer once done."""
     return public_view(gw.dags.store.load(dag_id))
 
 
-def _ended(gw: Gateway, dag_id: str) -> Any:
-    async def ended() -> bool | None:
-        status = await gw.status_of(gw.keys.dag(dag_id))
-        return None if status is None else status in TERMINAL_DAG_STATUSES
-    return ended
-
-
 @router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def dag_events(dag_id: DagId, gw: GatewayDep,
-                     after: str | None = Query(None, description="resume after this stream id"),
-                     last_event_id: str | None = Header(None)) -> Any:
+async def dag_events(dag_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+                     last_event_id: LastEventId = None) -> Any:
     """Server-sent events of the DAG; reconnect with ``Last-Event-ID`` to get what was missed."""
-    cursor = last_event_id or after  # the header is the newer position on a reconnect
-    if (why := check_cursor(cursor)) is not None:
-        return field_error("last-event-id" if last_event_id else "after", why,
-                           where="header" if last_event_id else "query")
-    if await gw.status_of(gw.keys.dag(dag_id)) is None:
-        return not_found(DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"))
-    return StreamingResponse(
-        event_stream(gw.streams, gw.keys.dag_events(dag_id), cursor, _ended(gw, dag_id), gw.keepalive),
-        media_type="text/event-stream", headers=SSE_HEADERS)
+    return await events_response(gw, gw.keys.dag(dag_id), gw.keys.dag_events(dag_id), TERMINAL_DAG_STATUSES,
+                                 DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"),
+                                 after, last_event_id)
 
 
 @router.post("/v1/dags/{dag_id}/cancel", status_code=202)
-def cancel_dag(dag_id: DagId, gw: GatewayDep) -> Any:
+def cancel_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
     """Cancel: running steps' child runs are cancelled, pending steps skipped."""
     handle = gw.dags.handle(dag_id)
     handle.cancel()
@@ -102,13 +77,6 @@ def cancel_dag(dag_id: DagId, gw: GatewayDep) -> Any:
 
 
 @router.post("/v1/dags/{dag_id}/interrupts", status_code=202)
-def interrupt_dag(dag_id: DagId, body: FollowUp, gw: GatewayDep) -> Any:
+def interrupt_dag(dag_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
-    try:
-        return {"id": gw.dags.handle(dag_id).interrupt(body.content)}
-    except TooManyRequests:
-        raise
-    except RequestError as exc:
-        if exc.field == "dag_id":
-            return conflict(str(exc))
-        return field_error(exc.field, str(exc))
+    return interrupt_reply(lambda: gw.dags.handle(dag_id).interrupt(body.content), "dag_id")

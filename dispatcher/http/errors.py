@@ -7,6 +7,7 @@ characters of what the client sent (a 100,000-character query is not sent back).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -35,6 +36,17 @@ def not_found(exc: Exception | str) -> JSONResponse:
 
 def conflict(msg: str) -> JSONResponse:
     return JSONResponse({"detail": clip(msg, MSG_CHARS)}, status_code=409)
+
+
+def interrupt_reply(send: Callable[[], str], id_field: str) -> Any:
+    """``{"id": …}`` of a follow-up sent to a run or DAG: 409 when it already ended (the
+    handle names ``id_field``), 422 naming a bad field, 429 (raised) when it holds too many."""
+    try:
+        return {"id": send()}
+    except TooManyRequests:
+        raise
+    except RequestError as exc:
+        return conflict(str(exc)) if exc.field == id_field else field_error(exc.field, str(exc))
 
 
 def _short_input(value: Any) -> Any:

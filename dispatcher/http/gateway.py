@@ -19,11 +19,13 @@ import redis
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Path, Query, Request
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from reactq.dispatcher.batch import BatchStore, drive_stored_batch, holder_name
+from reactq.dispatcher.batch.store import BatchStore, drive_stored_batch, holder_name
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.dag import DagDispatcher
+from reactq.shared.inputs import ID_PATTERN
 from reactq.shared.redisconn import _state_url, async_client, connection_options
 from reactq.shared.settings import Settings
 
@@ -140,3 +142,24 @@ async def get_gateway(request: Request) -> Gateway:
 
 
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+
+
+# -- what the routers' signatures share ---------------------------------------------------------
+
+#: A run, DAG or batch id in a path, checked before it is used to build a Redis key
+#: (``ID:events`` is a 422, not a read).
+IdPath = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+
+
+#: An SSE route's cursor: ``?after=`` or, on a reconnect, the ``Last-Event-ID`` header.
+AfterQuery = Annotated[str | None, Query(description="resume after this stream id")]
+LastEventId = Annotated[str | None, Header()]
+
+
+class InterruptIn(BaseModel):
+    """The body of ``POST /v1/runs/{id}/interrupts`` and ``POST /v1/dags/{id}/interrupts``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: StrictStr = Field(..., min_length=1)
+    """At most ``REACTQ_MAX_INTERRUPT_CHARS`` (checked by the handle, for the CLI too)."""

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Header, Path, Query
+from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from reactq.dispatcher import threads_http
-from reactq.dispatcher.http.errors import conflict, field_error, not_found
-from reactq.dispatcher.http.gateway import Gateway, GatewayDep
-from reactq.dispatcher.http.sse import SSE_HEADERS, check_cursor, event_stream
+from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
+from reactq.dispatcher.http.sse import events_response
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
-from reactq.shared.inputs import ID_PATTERN
+from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
-
-#: Checked before the id is used to build a Redis key (``ID:events`` is a 422, not a read).
-RunId = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
 
 router = APIRouter(tags=["runs"])
 
@@ -29,13 +25,6 @@ class RunCreated(BaseModel):
     events_url: str
     status_url: str
     created: bool
-
-
-class InterruptIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    content: StrictStr = Field(..., min_length=1)
-    """At most ``REACTQ_MAX_INTERRUPT_CHARS`` (checked by the handle, for the CLI too)."""
 
 
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)
@@ -57,53 +46,32 @@ def create_run(req: RunRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/runs/{run_id}")
-def get_run(run_id: RunId, gw: GatewayDep) -> Any:
+def get_run(run_id: IdPath, gw: GatewayDep) -> Any:
     """Status, timestamps, number of events published, and the result once ended."""
     return gw.dispatcher.store.status(run_id)
 
 
-def _ended(gw: Gateway, run_id: str) -> Any:
-    async def ended() -> bool | None:
-        status = await gw.status_of(gw.keys.run(run_id))
-        return None if status is None else status in TERMINAL_STATUSES
-    return ended
-
-
 @router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def run_events(run_id: RunId, gw: GatewayDep,
-                     after: str | None = Query(None, description="resume after this stream id"),
-                     last_event_id: str | None = Header(None)) -> Any:
+async def run_events(run_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+                     last_event_id: LastEventId = None) -> Any:
     """Server-sent events; reconnect with ``Last-Event-ID`` to get exactly what was missed."""
-    cursor = last_event_id or after  # the header is the newer position on a reconnect
-    if (why := check_cursor(cursor)) is not None:
-        return field_error("last-event-id" if last_event_id else "after", why,
-                           where="header" if last_event_id else "query")
-    if await gw.status_of(gw.keys.run(run_id)) is None:
-        return not_found(RunNotFound(f"no run with id {run_id!r} (it may have expired)"))
-    return StreamingResponse(
-        event_stream(gw.streams, gw.keys.run_events(run_id), cursor, _ended(gw, run_id), gw.keepalive),
-        media_type="text/event-stream", headers=SSE_HEADERS)
+    return await events_response(gw, gw.keys.run(run_id), gw.keys.run_events(run_id), TERMINAL_STATUSES,
+                                 RunNotFound(f"no run with id {run_id!r} (it may have expired)"),
+                                 after, last_event_id)
 
 
 @router.post("/v1/runs/{run_id}/interrupts", status_code=202)
-def interrupt_run(run_id: RunId, body: InterruptIn, gw: GatewayDep) -> Any:
+def interrupt_run(run_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up message, taken into the run at its next drain point."""
     status = gw.dispatcher.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
         return conflict(f"run {run_id} has already ended ({status})")
-    try:
-        return {"id": gw.dispatcher.handle(run_id).interrupt(body.content)}
-    except TooManyRequests:
-        raise
-    except RequestError as exc:
-        if exc.field == "run_id":
-            return conflict(str(exc))
-        return field_error(exc.field, str(exc))
+    return interrupt_reply(lambda: gw.dispatcher.handle(run_id).interrupt(body.content), "run_id")
 
 
 @router.post("/v1/runs/{run_id}/cancel", status_code=202)
-def cancel_run(run_id: RunId, gw: GatewayDep) -> Any:
+def cancel_run(run_id: IdPath, gw: GatewayDep) -> Any:
     """Stop the run at its next step boundary (it ends ``cancelled``); no-op once ended."""
     handle = gw.dispatcher.handle(run_id)
     handle.cancel()

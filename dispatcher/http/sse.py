@@ -10,13 +10,20 @@ with ``Last-Event-ID`` resumes exactly after the last event it got.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio as aioredis
+from fastapi.responses import StreamingResponse
 
+from reactq.dispatcher.http.errors import field_error, not_found
+from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.inputs import stream_id_problem
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.http.gateway import Gateway
 
 log = logging.getLogger("reactq.http")
 
@@ -79,3 +86,23 @@ async def event_stream(r: aioredis.Redis, key: str, cursor: str | None, ended: E
 
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def events_response(gw: Gateway, hash_key: str, events_key: str, terminal: Collection[str],
+                          missing: RunNotFound, after: str | None, last_event_id: str | None) -> Any:
+    """``GET /v1/runs/{id}/events`` and ``GET /v1/dags/{id}/events``: 422 for a bad cursor,
+    404 (``missing``) when the hash ``hash_key`` is gone, else the SSE stream of
+    ``events_key``, which ends once the hash's status is in ``terminal``."""
+    cursor = last_event_id or after  # the header is the newer position on a reconnect
+    if (why := check_cursor(cursor)) is not None:
+        return field_error("last-event-id" if last_event_id else "after", why,
+                           where="header" if last_event_id else "query")
+    if await gw.status_of(hash_key) is None:
+        return not_found(missing)
+
+    async def ended() -> bool | None:
+        status = await gw.status_of(hash_key)
+        return None if status is None else status in terminal
+
+    return StreamingResponse(event_stream(gw.streams, events_key, cursor, ended, gw.keepalive),
+                             media_type="text/event-stream", headers=SSE_HEADERS)

@@ -14,8 +14,9 @@ Pure parts, importable anywhere (no Redis, no Celery):
 * ``store`` — ``reactq:dag:{id}`` and its event stream (compare-and-set saves, seq-guarded
   publishing); ``binding`` — role → registry model name; ``config`` — ``DagConfig``.
 
-The Celery shell is ``workers/dag.py``; the doors are ``dispatcher/dag.py`` (Python),
-``dispatcher/http/dags.py`` (HTTP + SSE) and ``dispatcher/dag_cli.py`` (``reactq dag``).
+The Celery shell is ``workers/dags/`` (``tasks.py``, ``drive.py``); the doors are
+``dispatcher/dag.py`` (Python), ``dispatcher/http/dags.py`` (HTTP + SSE) and
+``dispatcher/cli/dags.py`` (``reactq dag``).
 """
 
 from .config import DagConfig

@@ -19,11 +19,6 @@ from .config import DagConfig
 from .models import AnalysisResult
 from .state import DagState
 
-TASK_PLAN = "reactq.dag.plan"
-TASK_ANALYZE = "reactq.dag.analyze"
-TASK_ANSWER = "reactq.dag.answer"
-TASK_ADVANCE = "reactq.dag.advance"
-
 
 @dataclass(frozen=True)
 class StartRun:

@@ -21,13 +21,13 @@ from typing import Any, Literal
 from reactq.shared.events import Event
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest, RunRequest
+from reactq.shared.wire import DAG_ADVANCE as TASK_ADVANCE
+from reactq.shared.wire import DAG_ANALYZE as TASK_ANALYZE
+from reactq.shared.wire import DAG_ANSWER as TASK_ANSWER
+from reactq.shared.wire import DAG_PLAN as TASK_PLAN
 
 from . import prompts as P
 from .effects import (
-    TASK_ADVANCE,
-    TASK_ANALYZE,
-    TASK_ANSWER,
-    TASK_PLAN,
     CancelRun,
     Effect,
     Env,

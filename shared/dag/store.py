@@ -22,8 +22,10 @@ import redis
 
 from reactq.shared.due import dag_member, deadline_ms
 from reactq.shared.redisconn import is_cluster
+from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
+from reactq.shared.idempotency import claim
 from reactq.shared.keys import Keys
 
 from .machine import result_of
@@ -36,31 +38,11 @@ class DagNotFound(RunNotFound):
     """No DAG with that id (or it expired)."""
 
 
-_EVENTS = """
-local function publish(hash, stream, maxlen, first)
-  local last = tonumber(redis.call('HGET', hash, 'pub_seq') or '0')
-  for i = first, #ARGV, 3 do
-    local seq = tonumber(ARGV[i])
-    if seq > last then
-      redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'event', ARGV[i+1], 'data', ARGV[i+2])
-      last = seq
-    end
-  end
-  redis.call('HSET', hash, 'pub_seq', last)
-  return last
-end
-"""
-
-# KEYS: hash, events. ARGV: maxlen, then (seq, channel, data) triples.
-_PUBLISH = _EVENTS + """
-return publish(KEYS[1], KEYS[2], ARGV[1], 2)
-"""
-
 # KEYS: hash, events, interrupts, due set (single server only: on a Redis Cluster it is in
 # another slot, and the caller writes the same entry right after). ARGV: expected version, state, status, result
 # ('' = none), now, ttl (0 = keep), maxlen, phase, round, due deadline ms ('' = the DAG is
 # over: remove it), DAG member, then event triples (see ``reactq.shared.due``).
-_COMMIT = _EVENTS + """
+_COMMIT = PUBLISH_FN + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if cur ~= tonumber(ARGV[1]) then return -1 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'version', cur + 1, 'status', ARGV[3],
@@ -95,10 +77,6 @@ class DagRecord:
     result: dict[str, Any] | None
 
 
-def _s(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
 class DagStore:
     """Synchronous access to DAGs (workers, dispatcher)."""
 
@@ -109,20 +87,16 @@ class DagStore:
         self.ttl = ttl_seconds
         self.maxlen = maxlen
         self.due_seconds = due_seconds
-        self._publish = client.register_script(_PUBLISH)
+        self._publish = client.register_script(PUBLISH)
         self._commit = client.register_script(_COMMIT)
 
     def create(self, dag_id: str, request: dict[str, Any], *,
                idempotency_key: str | None = None) -> tuple[str, bool]:
-        """Store a new queued DAG. A key used before returns ``(existing_id, False)``."""
-        if idempotency_key is not None:
-            # Namespaced: a run and a DAG may carry the same key without meeting.
-            idem = self.keys.idem(f"dag:{idempotency_key}")
-            if not self.r.set(idem, dag_id, nx=True, ex=self.ttl):
-                existing = self.r.get(idem)
-                if existing is not None:
-                    return _s(existing), False
-                self.r.set(idem, dag_id, ex=self.ttl)
+        """Store a new queued DAG. A key used before returns ``(existing_id, False)``.
+
+        As for runs (``RunStore.create``): the DAG is written first and the key claimed last
+        (``reactq.shared.idempotency``), so the id a key names is always stored; a creator
+        that loses the key removes the DAG it wrote."""
         now = f"{time.time():.6f}"
         pipe = self.r.pipeline(transaction=False)  # due from the moment it exists (two slots)
         pipe.hset(self.keys.dag(dag_id), mapping={
@@ -130,19 +104,29 @@ class DagStore:
             "version": 0, "pub_seq": 0, "phase": "planning", "round": 0})
         pipe.zadd(self.keys.due, {dag_member(dag_id): deadline_ms(self.due_seconds)})
         pipe.execute()
-        return dag_id, True
+        if idempotency_key is None:
+            return dag_id, True
+        # Namespaced: a run and a DAG may carry the same key without meeting.
+        existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}"), dag_id, self.ttl)
+        if existing is None:
+            return dag_id, True
+        pipe = self.r.pipeline(transaction=False)
+        pipe.delete(self.keys.dag(dag_id))
+        pipe.zrem(self.keys.due, dag_member(dag_id))
+        pipe.execute()
+        return existing, False
 
     def load(self, dag_id: str) -> DagRecord:
         raw = self.r.hgetall(self.keys.dag(dag_id))
         if not raw:
             raise DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)")
-        f = {_s(k): v for k, v in raw.items()}
+        f = {text(k): v for k, v in raw.items()}
         return DagRecord(
-            dag_id=dag_id, status=_s(f.get("status", b"queued")),
+            dag_id=dag_id, status=text(f.get("status", b"queued")),
             version=int(f.get("version", 0)), pub_seq=int(f.get("pub_seq", 0)),
             state=load_dag(f["state"]) if "state" in f else None,
             request=json.loads(f["request"]) if "request" in f else {},
-            cancel=_s(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
+            cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
             updated_at=float(f.get("updated_at", 0)),
             result=json.loads(f["result"]) if "result" in f else None)
 
@@ -156,7 +140,7 @@ class DagStore:
         args: list[Any] = [expected_version, dump_dag(state), state.status, result,
                            f"{time.time():.6f}", self.ttl if terminal else 0, self.maxlen,
                            state.phase, state.round, self._deadline(state), dag_member(state.dag_id)]
-        args += _triples(events)
+        args += triples(events)
         keys = [self.keys.dag(state.dag_id), self.keys.dag_events(state.dag_id),
                 self.keys.dag_interrupts(state.dag_id)]
         cluster = is_cluster(self.r)
@@ -183,13 +167,13 @@ class DagStore:
         if not events:
             return -1
         keys = [self.keys.dag(dag_id), self.keys.dag_events(dag_id)]
-        return int(self._publish(keys=keys, args=[self.maxlen, *_triples(events)]))
+        return int(self._publish(keys=keys, args=[self.maxlen, *triples(events)]))
 
     def request_cancel(self, dag_id: str) -> None:
         self.r.hset(self.keys.dag(dag_id), "cancel", "1")
 
     def cancel_requested(self, dag_id: str) -> bool:
-        return _s(self.r.hget(self.keys.dag(dag_id), "cancel") or b"0") == "1"
+        return text(self.r.hget(self.keys.dag(dag_id), "cancel") or b"0") == "1"
 
     def add_interrupt(self, dag_id: str, content: str, *, limit: int = 100) -> str:
         """Append a follow-up; ``TooManyRequests`` once the DAG holds ``limit`` of them."""
@@ -200,20 +184,13 @@ class DagStore:
 
     def interrupts_after(self, dag_id: str, cursor: str | None) -> list[tuple[str, str]]:
         """``(stream id, content)`` of follow-ups after ``cursor``."""
-        entries = self.r.xrange(self.keys.dag_interrupts(dag_id),
-                                min=f"({cursor}" if cursor else "-", max="+")
-        return [(_s(i), _s(f.get(b"content", f.get("content", b"")))) for i, f in entries]
+        entries = entries_after(self.r, self.keys.dag_interrupts(dag_id), cursor)
+        return [(text(i), text(f.get(b"content", f.get("content", b"")))) for i, f in entries]
 
     def read_events(self, dag_id: str, after: str | None = None, *, block_ms: int | None = None,
                     count: int = 500) -> list[tuple[str, Event]]:
         """Events after stream id ``after`` (None = from the start), optionally blocking."""
-        key = self.keys.dag_events(dag_id)
-        if block_ms is None:
-            entries = self.r.xrange(key, min=f"({after}" if after else "-", max="+", count=count)
-        else:
-            res = self.r.xread({key: after or "0-0"}, block=block_ms, count=count)
-            entries = res[0][1] if res else []
-        return [(_s(i), Event.from_fields(f)) for i, f in entries]
+        return read_events(self.r, self.keys.dag_events(dag_id), after, block_ms=block_ms, count=count)
 
 
 def public_view(rec: DagRecord) -> dict[str, Any]:
@@ -238,10 +215,3 @@ def public_view(rec: DagRecord) -> dict[str, Any]:
                         "analysis": r.analysis.model_dump() if r.analysis else None,
                         "steps": [s.public() for s in r.steps]} for r in state.history],
             "usage": state.usage.public(), "error": state.error, "result": rec.result}
-
-
-def _triples(events: list[Event]) -> list[Any]:
-    out: list[Any] = []
-    for e in events:
-        out += [e.seq, e.channel, dumps(e.data)]
-    return out

@@ -11,12 +11,15 @@ eat more than half the budget (S71).
 from __future__ import annotations
 
 import json
-import weakref
 import logging
+import operator
 import re
-from collections.abc import Sequence
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from reactq.shared.engine.jsonx import text_json
 from reactq.shared.llm.base import LLM
 from reactq.shared.models import ChatMessage, Usage
 
@@ -147,14 +150,15 @@ class ContextGuard:
         self.keep_recent = keep_recent
         self.compact_prompt = compact_prompt
         self.usage = Usage()
+        self._checked = _Checked()
 
     async def check_and_compact(self, messages: Sequence[ChatMessage],
                                 budget: int | None = None,
                                 hint: str = "general") -> list[ChatMessage]:
         """S70: cap huge messages, then compact only if the estimate exceeds the budget."""
         limit = budget or self.budget
-        capped = [self._cap(m) for m in messages]
-        if estimate_messages(capped) <= limit:
+        capped, tokens = self._checked.capped(messages, self._cap)
+        if tokens <= limit:
             return capped
         if self.llm is None:
             return smart_truncate(capped, limit)
@@ -209,6 +213,41 @@ class ContextGuard:
             return ""
         self.usage = self.usage + Usage.from_dict(result.usage)
         return _clean_summary(result.message.text())
+
+
+class _Checked:
+    """Histories checked before (capped copy, token estimate), so that one that only grew
+    since is capped and counted for its new messages only.
+
+    The guard runs before every LLM call; going over the whole history every time made a
+    turn's cost grow with the history. A history is recognised by its first message (the
+    system prompt; the entry holds it, so its id is not reused while the entry lives) and
+    continues an entry only if it starts with the very message objects of that entry.
+    A few conversations are remembered (the newest).
+    """
+
+    SIZE = 4
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[int, tuple[list[ChatMessage], int]] = OrderedDict()
+
+    def capped(self, messages: Sequence[ChatMessage],
+               cap: Callable[[ChatMessage], ChatMessage]) -> tuple[list[ChatMessage], int]:
+        """(a new list of the messages cut to the cap, its estimate)."""
+        if not messages:
+            return [], 0
+        key = id(messages[0])
+        known, tokens = self._entries.get(key, ((), 0))
+        if len(known) > len(messages) or not all(map(operator.is_, known, messages)):
+            known, tokens = (), 0
+        fresh = [cap(m) for m in messages[len(known):]]
+        tokens += sum(_message_tokens(m) for m in fresh)
+        out = [*known, *fresh]
+        self._entries[key] = (list(out), tokens)  # a copy: the caller may append to ``out``
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.SIZE:
+            self._entries.popitem(last=False)
+        return out, tokens
 
 
 def _split_whole_turns(compactable: list[ChatMessage],
@@ -284,6 +323,14 @@ def _content_tokens(content: str | list[dict[str, Any]] | None) -> int:
     )
 
 
+def _forget(key: int) -> Callable[[Any], None]:
+    """The weakref callback that drops a collected message's entry."""
+    def drop(_ref: Any) -> None:
+        _TOKENS.pop(key, None)
+
+    return drop
+
+
 def _message_tokens(message: ChatMessage) -> int:
     """One message's estimate. Tool-call arguments count: they are sent too.
 
@@ -298,8 +345,8 @@ def _message_tokens(message: ChatMessage) -> int:
         return entry[2]
     tokens = MESSAGE_OVERHEAD + _content_tokens(message.content)
     for call in message.tool_calls or ():
-        tokens += estimate_tokens(call.name + json.dumps(call.arguments, ensure_ascii=False))
-    ref = entry[3] if entry is not None else weakref.ref(message, lambda _, k=key: _TOKENS.pop(k, None))
+        tokens += estimate_tokens(call.name + text_json(call.arguments))
+    ref = entry[3] if entry is not None else weakref.ref(message, _forget(key))
     _TOKENS[key] = (message.content, message.tool_calls, tokens, ref)
     return tokens
 

@@ -14,7 +14,13 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["extract_json", "md5_args"]
+__all__ = ["extract_json", "md5_args", "text_json"]
+
+# ``json.dumps`` with any keyword builds a new encoder per call; these are built once (same
+# output: the keywords are the encoder's), as arguments are encoded several times a turn.
+text_json = json.JSONEncoder(ensure_ascii=False).encode
+"""``json.dumps(value, ensure_ascii=False)``."""
+_stable_json = json.JSONEncoder(ensure_ascii=False, sort_keys=True, default=str).encode
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|json5)?[ \t]*\r?\n?(.*?)```", re.DOTALL)
 _VALID_ESCAPES = frozenset('"\\/bfnrtu')
@@ -52,7 +58,7 @@ def extract_json(text: str | None) -> dict[str, Any] | None:
 
 def md5_args(args: dict[str, Any] | None) -> str:
     """A stable hash of tool arguments (key order does not matter)."""
-    dumped = json.dumps(args or {}, sort_keys=True, ensure_ascii=False, default=str)
+    dumped = _stable_json(args or {})
     return hashlib.md5(dumped.encode("utf-8")).hexdigest()
 
 

@@ -2,27 +2,24 @@
 
 Each function takes the state and what just happened (an LLM reply, tool outcomes,
 drained interrupts, the current time), mutates the state and returns the events it
-produced, with their ``seq`` already assigned. After every transition ``state.phase``
-says what comes next:
-
-* ``"select"``  run tool selection, then ``start``;
-* ``"llm"``     ``begin_turn`` → (compaction) → one ``chat()`` → ``on_llm_reply``;
-* ``"tools"``   run ``state.pending_calls`` (in parallel), then ``on_tool_results``;
-* ``"answer"``  stream the synthesis, then ``finish`` (or ``finish_fallback``);
-* ``"done"``    nothing; ``state.status`` is terminal.
+produced, with their ``seq`` already assigned. After every transition
+``next.next_step(state)`` says what comes next (``SelectTools``, ``CallLLM``,
+``RunTools(calls)``, ``Answer`` or ``Done``); how a run ends is in ``ending``, flow
+control's transitions in ``flowcontrol``, the run's result in ``result``.
 
 No I/O happens here: the shells (``reactq.shared.inprocess``, ``workers``) carry it out.
 """
 
 from __future__ import annotations
 
-import json
+import operator
 from typing import Any
 
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
-from reactq.shared.engine.jsonx import md5_args
+from reactq.shared.engine.jsonx import md5_args, text_json
+from reactq.shared.engine.result import step_summary
 from reactq.shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
 from reactq.shared.events import Event
 from reactq.shared.models import ChatMessage, LLMResult, ToolCallRequest, Usage
@@ -177,7 +174,8 @@ def _unique_call_ids(state: RunState, calls: list[ToolCallRequest]) -> list[Tool
     every call. Such a call gets a fresh id; the assistant message stores the renamed
     calls, so the history the model sees stays consistently paired.
     """
-    seen = {s.tool_call_id for s in state.steps if s.tool_call_id}
+    seen = set(map(_CALL_ID, state.steps))  # at C speed: this runs every turn, over every step
+    seen.discard(None)
     out: list[ToolCallRequest] = []
     for i, call in enumerate(calls):
         call_id = call.id
@@ -191,6 +189,9 @@ def _unique_call_ids(state: RunState, calls: list[ToolCallRequest]) -> list[Tool
         seen.add(call_id)
         out.append(call)
     return out
+
+
+_CALL_ID = operator.attrgetter("tool_call_id")
 
 
 def _thinking_done(state: RunState, reasoning: str) -> Event:
@@ -256,7 +257,7 @@ def _final_candidate(state: RunState, action: Action, drained: bool,
     answer = action.answer or ""
     state.steps.append(StepRecord(type="final_answer", iteration=state.iteration,
                                   reasoning=action.reasoning, answer=answer))
-    return _to_answer(state, answer)
+    return to_answer(state, answer)
 
 
 def _continue(state: RunState, config: EngineConfig) -> list[Event]:
@@ -264,28 +265,14 @@ def _continue(state: RunState, config: EngineConfig) -> list[Event]:
     if state.iteration < state.max_iterations:
         state.phase = "llm"
         return []
-    return _to_answer(state, P.MAX_ITERATIONS_ANSWER.format(n=state.max_iterations) + step_summary(state))
+    return to_answer(state, P.MAX_ITERATIONS_ANSWER.format(n=state.max_iterations) + step_summary(state))
 
 
-def _to_answer(state: RunState, answer: str) -> list[Event]:
+def to_answer(state: RunState, answer: str) -> list[Event]:
+    """The loop is over: ``answer`` is its own (brief) answer; the synthesis comes next."""
     state.answer = answer
     state.phase = "answer"
     return [emit(state, "step", type="answer", status="start")]
-
-
-def step_summary(state: RunState) -> str:
-    """S16: one line per step."""
-    if not state.steps:
-        return "(no steps taken)"
-    lines = []
-    for k, s in enumerate(state.steps, 1):
-        if s.type == "final_answer":
-            lines.append(f"  Step {k}: final answer")
-        elif s.error:
-            lines.append(f"  Step {k}: called {s.tool_name} -> ERROR: {s.error}")
-        else:
-            lines.append(f"  Step {k}: called {s.tool_name} -> OK")
-    return "\n".join(lines)
 
 
 def llm_observation(outcome: ToolOutcome) -> str:
@@ -305,14 +292,14 @@ def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupt
     calls = state.pending_calls + state.refused_calls
     outcomes = {**outcomes, **turncap.refused_outcomes(state, config.max_tool_calls_per_turn, now)}
     ordered = [outcomes[c.id] for c in calls]
-    for call, out in zip(calls, ordered):
+    for call, out in zip(calls, ordered, strict=True):
         text = llm_observation(out)
         if state.mode == "native":
             state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
         else:
             state.messages.append(ChatMessage(role="user", content=f"Observation: {text}"))
         _record_step(state, call, out, config)
-    events = [_iteration_done(state, c, o, now) for c, o in zip(calls, ordered)]
+    events = [_iteration_done(state, c, o, now) for c, o in zip(calls, ordered, strict=True)]
     state.tool_call_count += 1 if state.mode == "native" else len(calls)
     for warning in _cycle_warnings(state, calls, config):
         state.messages.append(ChatMessage(role="user", content=warning))
@@ -331,7 +318,7 @@ def _record_step(state: RunState, call: ToolCallRequest, out: ToolOutcome, confi
         observation=out.observation, error=out.error, content_type=out.content_type,
         artifacts=out.artifacts,
     ))
-    args = json.dumps(call.arguments, ensure_ascii=False)
+    args = text_json(call.arguments)
     result = f"Error: {out.error}" if out.error is not None else out.observation
     limit = config.tool_obs_truncation
     if len(result) > limit:
@@ -374,130 +361,3 @@ def _maybe_reflect(state: RunState, config: EngineConfig) -> None:
     n = state.tool_call_count
     if n and n % config.self_reflection_interval == 0 and state.iteration < state.max_iterations:
         state.messages.append(ChatMessage(role="user", content=P.SELF_REFLECTION.format(n=n, query=state.query)))
-
-
-def synthesis_started(state: RunState) -> list[Event]:
-    return [emit(state, "answer", status="start")]
-
-
-def answer_delta(state: RunState, content: str) -> Event:
-    return emit(state, "answer", status="delta", content=content)
-
-
-def fallback_event(state: RunState, error: BaseException | str) -> Event:
-    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    return emit(state, "error", message=f"Answer synthesis failed, using the loop's answer: {message}",
-                kind="synthesis_fallback")
-
-
-def finish(state: RunState, answer: str, *, now: float, pending: list[str] | None = None) -> list[Event]:
-    """End a run that produced its answer: ``answer done`` then ``done`` (S77)."""
-    state.final_answer = answer
-    state.status = "succeeded"
-    state.phase = "done"
-    state.ended_at = now
-    events = [emit(state, "answer", status="done")]
-    return events + [_done(state, answer, state.iteration, pending)]
-
-
-def fail(state: RunState, error: BaseException | str, *, now: float, kind: str = "llm_error") -> list[Event]:
-    """End a run that cannot go on (S64, S80): ``error`` then ``done``."""
-    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    _answer_open_calls(state, P.CANCELLED_OBSERVATION)
-    state.status = "failed"
-    state.phase = "done"
-    state.ended_at = now
-    state.error = message
-    answer = f"Agent error: {message}"
-    state.final_answer = answer
-    return [emit(state, "error", message=message, kind=kind), _done(state, answer, 0, None)]
-
-
-def cancel(state: RunState, *, now: float, reason: str = "cancelled by request") -> list[Event]:
-    """End a run on request at a step boundary; open tool calls get an answer (valid history)."""
-    return _stop(state, now, P.CANCELLED_OBSERVATION, f"Run cancelled: {reason}", "cancelled")
-
-
-def interrupt(state: RunState, *, now: float, strategy: str) -> list[Event]:
-    """End a run because a new message on its thread interrupts it (``interrupt`` or
-    ``rollback``): status ``cancelled``; an open tool call is answered as *interrupted*,
-    neither as run nor as refused."""
-    message = f"Run interrupted: a new message on its thread took over ({strategy})"
-    return _stop(state, now, P.INTERRUPTED_OBSERVATION, message, "interrupted", strategy=strategy)
-
-
-def _stop(state: RunState, now: float, observation: str, message: str, kind: str,
-          **extra: Any) -> list[Event]:
-    _answer_open_calls(state, observation)
-    state.status = "cancelled"
-    state.phase = "done"
-    state.ended_at = now
-    answer = state.answer or ""
-    state.final_answer = answer
-    return [emit(state, "error", message=message, kind=kind, **extra),
-            _done(state, answer, state.iteration, None)]
-
-
-def _answer_open_calls(state: RunState, text: str) -> None:
-    # Every open call gets its tool message right after the assistant turn that made it,
-    # so the history stays valid for every provider however the run ends.
-    for call in state.pending_calls + state.refused_calls:
-        if state.mode == "native":
-            state.messages.append(ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=text))
-        elif text == P.INTERRUPTED_OBSERVATION:
-            state.messages.append(ChatMessage(role="user", content=f"Observation: {text}"))
-        else:
-            state.messages.append(ChatMessage(role="user", content=f"Observation: Error: {text}"))
-    state.pending_calls, state.refused_calls = [], []
-
-
-def _done(state: RunState, answer: str, iterations: int, pending: list[str] | None) -> Event:
-    data: dict[str, Any] = {
-        "answer": answer,
-        "iterations": iterations,
-        "usage": state.usage.public(),
-        "elapsed": round((state.ended_at or state.started_at) - state.started_at, 2),
-        "status": state.status,
-        "run_id": state.run_id,
-    }
-    if pending:
-        data["pending_injections"] = pending
-    return emit(state, "done", **data)
-
-
-# -- flow control (the shell decides when; these say what happens) ---------------------------
-
-def rate_limited(state: RunState, model: str, wait_s: float, *, now: float) -> list[Event]:
-    """The step must wait for model capacity: one ``phase`` event per wait."""
-    if state.rate_limited_since is not None:
-        return []
-    state.rate_limited_since = now
-    return [emit(state, "phase", phase="rate_limited", model=model, wait_s=round(wait_s, 3))]
-
-
-def admitted(state: RunState) -> None:
-    """The wait (if any) is over."""
-    state.rate_limited_since = None
-
-
-def budget_reached(state: RunState, spent: int) -> bool:
-    return state.token_budget is not None and spent >= state.token_budget
-
-
-def stop_for_budget(state: RunState, spent: int, *, now: float) -> list[Event]:
-    """The run's token budget is used up: no further LLM call. The answer is the seed's
-    max-iterations summary text itself (S16), streamed as-is; the run ``succeeded`` like
-    the other fallbacks, with an ``error`` event ``kind: "budget"``."""
-    from reactq.shared.engine.synthesis import fallback_chunks
-
-    _answer_open_calls(state, P.CANCELLED_OBSERVATION)
-    text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)
-    events = [emit(state, "error", kind="budget", spent=spent, token_budget=state.token_budget,
-                   message=f"Token budget reached: {spent} of {state.token_budget} tokens used; "
-                           "answering with what was gathered so far")]
-    if state.phase != "answer":
-        events += _to_answer(state, text)
-    state.answer = text
-    events += synthesis_started(state)
-    events += [answer_delta(state, c) for c in fallback_chunks(text)]
-    return events + finish(state, text, now=now)

@@ -1,7 +1,7 @@
-"""One step of a run per phase, over injected dependencies. Both shells call these.
+"""One step of a run per kind of next step, over injected dependencies. Both shells call these.
 
-A step mutates the ``RunState`` and returns the events it produced that were not already
-published. Events a user should see while the step is still working (``thinking start``
+A step mutates the ``RunState`` and returns an ``Advance``: the events it produced that were
+not already published, and what comes next (``next.next_step``). Events a user should see while the step is still working (``thinking start``
 before the LLM call, each answer delta) go out at once through ``io.publish``; the shell
 publishes the returned ones together with the saved state. Every event carries its
 ``seq``, so a shell that publishes idempotently by ``seq`` can redo a step safely.
@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.conversation import enriched_query
+from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
+from reactq.shared.engine.result import run_tool_names
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
@@ -40,18 +42,30 @@ class EngineDeps:
     llm: LLM
     registry: ToolRegistry
     hooks: HookRegistry = field(default_factory=HookRegistry)
-    config: EngineConfig = field(default_factory=EngineConfig)
+    config: EngineConfig = field(default_factory=EngineConfig.defaults)
+    """Passed in by the shell (read from the environment at its edge); the seed's values by default."""
     guard: ContextGuard | None = None
     selection_llm: LLM | None = None
     clock: Callable[[], float] = time.time
+    _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Filtered registries and their schemas by (names, size of ``registry``): every turn
+    needs them, and a registry only ever grows (a tool name is never registered twice)."""
+
+    def _tool_set(self, state: RunState) -> tuple[ToolRegistry, list[dict[str, Any]]]:
+        key = (tuple(run_tool_names(state)), len(self.registry))
+        found = self._tool_sets.get(key)
+        if found is None:
+            reg = self.registry.filtered(key[0])
+            found = self._tool_sets[key] = (reg, [t.openai_schema() for t in reg])
+        return found
 
     def run_registry(self, state: RunState) -> ToolRegistry:
         """The run's effective tools: the allowlist, narrowed by selection (S35)."""
-        names = state.tool_names if state.tool_names is not None else state.available_tools
-        return self.registry.filtered(names)
+        return self._tool_set(state)[0]
 
     def schemas(self, state: RunState) -> list[dict[str, Any]]:
-        return [t.openai_schema() for t in self.run_registry(state)]
+        return list(self._tool_set(state)[1])
 
 
 class StepIO(Protocol):
@@ -62,8 +76,8 @@ class StepIO(Protocol):
     async def interrupts(self, after: str | None) -> list[Interrupt]: ...
 
 
-async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
-    """Phase ``select``: tool selection when there are many tools, then the first messages."""
+async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
+    """``SelectTools``: tool selection when there are many tools, then the first messages."""
     selected: list[str] | None = None
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])
@@ -76,11 +90,11 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Eve
         )
     loop.set_tools(state, selected)
     loop.start(state, deps.schemas(state), now=deps.clock())
-    return []
+    return advanced(state, [], SelectTools())
 
 
-async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
-    """Phase ``llm``: one loop turn up to (and including) processing the LLM's reply."""
+async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
+    """``CallLLM``: one loop turn up to (and including) processing the LLM's reply."""
     await io.publish(loop.begin_turn(state))
     events: list[Event] = []
     if deps.guard is not None:
@@ -89,7 +103,8 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"))
     result = await deps.llm.chat(state.messages, **request)
     interrupts = await io.interrupts(state.interrupt_cursor)
-    return events + loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
+    events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
+    return advanced(state, events, CallLLM())
 
 
 async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: str | None = None) -> ToolOutcome:
@@ -100,22 +115,27 @@ async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: s
                               worker=worker)
 
 
-async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
-    """Phase ``tools`` in one process: every call of the turn concurrently (S11)."""
-    outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
+async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
+    """``RunTools`` in one process: every call of the turn concurrently (S11)."""
+    if len(state.pending_calls) == 1:  # nothing to run beside it: no task to schedule
+        outcomes = [await run_tool(state, deps, state.pending_calls[0].id)]
+    else:
+        outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
     return await finish_tools(state, deps, io, {o.tool_call_id: o for o in outcomes})
 
 
 async def finish_tools(state: RunState, deps: EngineDeps, io: StepIO,
-                       outcomes: dict[str, ToolOutcome]) -> list[Event]:
+                       outcomes: dict[str, ToolOutcome]) -> Advance:
     """The fan-in: all of the turn's outcomes are in; continue the loop."""
+    ran = RunTools(tuple(state.pending_calls))
     interrupts = await io.interrupts(state.interrupt_cursor)
-    return loop.on_tool_results(state, outcomes, interrupts, deps.config, now=deps.clock())
+    events = loop.on_tool_results(state, outcomes, interrupts, deps.config, now=deps.clock())
+    return advanced(state, events, ran)
 
 
 async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
-                      published_seq: int = 0) -> list[Event]:
-    """Phase ``answer``: stream the synthesis; on failure fall back to the loop's answer (S52).
+                      published_seq: int = 0) -> Advance:
+    """``Answer``: stream the synthesis; on failure fall back to the loop's answer (S52).
 
     ``published_seq`` > ``state.seq`` means an earlier attempt of this step already streamed
     part of the answer and died: what was sent stays sent and the loop's answer follows,
@@ -126,10 +146,11 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
         state.seq = published_seq
         answer = await _stream_fallback(state, io, fallback, "the worker streaming the answer stopped")
     else:
-        await io.publish(loop.synthesis_started(state))
+        await io.publish(ending.synthesis_started(state))
         answer = await _stream_synthesis(state, deps, io, fallback)
     leftovers = await io.interrupts(state.interrupt_cursor)
-    return loop.finish(state, answer, now=deps.clock(), pending=[i.content for i in leftovers] or None)
+    events = ending.finish(state, answer, now=deps.clock(), pending=[i.content for i in leftovers] or None)
+    return advanced(state, events, Answer())
 
 
 async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallback: str) -> str:
@@ -138,7 +159,7 @@ async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallb
         async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
             if chunk.delta_content:
                 parts.append(chunk.delta_content)
-                await io.publish([loop.answer_delta(state, chunk.delta_content)])
+                await io.publish([ending.answer_delta(state, chunk.delta_content)])
     except (asyncio.CancelledError, RateLimited):
         raise  # a wait for capacity is not a failed synthesis: the shell resumes the step
     except Exception as exc:
@@ -150,7 +171,7 @@ async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallb
 
 
 async def _stream_fallback(state: RunState, io: StepIO, text: str, why: BaseException | str) -> str:
-    events = [loop.fallback_event(state, why)]
-    events += [loop.answer_delta(state, c) for c in fallback_chunks(text)]
+    events = [ending.fallback_event(state, why)]
+    events += [ending.answer_delta(state, c) for c in fallback_chunks(text)]
     await io.publish(events)
     return text

@@ -32,7 +32,7 @@ from typing import Any
 
 from reactq.shared.errors import LLMError, RateLimited
 from reactq.shared.flow.limiter import Denied, FlowLimiter, Limits, Priority, Ticket
-from reactq.shared.llm.base import LLM
+from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 log = logging.getLogger(__name__)
@@ -121,20 +121,14 @@ def _no_sdk_rate_limit_retry(llm: Any) -> None:
         obj = own.get("_inner")
 
 
-class LimitedLLM:
+class LimitedLLM(DelegatingLLM):
     """An ``LLM`` whose calls pass the model's cluster-wide limits (see the module doc)."""
 
     def __init__(self, inner: LLM, limits: Limits, flow: FlowControl) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self.limits = limits
         self.flow = flow
-        self.name = inner.name
-        self.abilities = inner.abilities
-        self.context_size = inner.context_size
         _no_sdk_rate_limit_retry(inner)
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._inner, item)
 
     def __repr__(self) -> str:
         return f"LimitedLLM({self._inner!r}, {self.limits})"

@@ -77,11 +77,14 @@ class HookRegistry:
 
     def __init__(self, hooks: Iterable[Hook] = ()) -> None:
         self._hooks: list[Hook] = []
+        # The hooks that apply to (point, tool name), in order: asked for every tool call.
+        self._chains: dict[tuple[HookPoint, str | None], list[Hook]] = {}
         for h in hooks:
             self.register(h)
 
     def register(self, hook: Hook) -> None:
         self._hooks.append(hook)
+        self._chains.clear()
 
     def __len__(self) -> int:
         return len(self._hooks)
@@ -91,11 +94,14 @@ class HookRegistry:
         return iter(list(self._hooks))
 
     def _ordered(self, point: HookPoint, tool_name: str | None) -> list[Hook]:
-        # sorted() is stable, so equal priorities keep registration order.
-        return sorted(
-            (h for h in self._hooks if h.hook_point == point and h.matches(tool_name)),
-            key=lambda h: h.priority,
-        )
+        chain = self._chains.get((point, tool_name))
+        if chain is None:
+            # sorted() is stable, so equal priorities keep registration order.
+            chain = self._chains[(point, tool_name)] = sorted(
+                (h for h in self._hooks if h.hook_point == point and h.matches(tool_name)),
+                key=lambda h: h.priority,
+            )
+        return chain
 
     async def _call(self, hook: Hook, ctx: HookContext) -> HookResult:
         try:

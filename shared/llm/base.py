@@ -8,13 +8,32 @@ synthesis). ``shared/llm/openai.py`` adapts the official ``openai`` client to it
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import AsyncIterator
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
+from urllib.parse import urlsplit
 
+from reactq.shared.errors import ConfigError
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 #: Unit tests set this to False (tests/conftest.py) so that no test can reach a real model.
 ALLOW_REAL_LLM = True
+
+
+class StreamOptions(TypedDict, total=False):
+    """What a call may set besides the messages (every key optional; None = not sent)."""
+
+    tools: list[dict[str, Any]] | None
+    tool_choice: Any
+    temperature: float | None
+    max_tokens: int | None
+
+
+class ChatOptions(StreamOptions, total=False):
+    """``stream_chat``'s options plus what only a non-streamed call takes."""
+
+    response_format: dict[str, Any] | None
+    reasoning_effort: str | None
 
 
 @runtime_checkable
@@ -25,29 +44,53 @@ class LLM(Protocol):
     abilities: dict[str, bool]
     context_size: int | None
 
-    async def chat(
-        self,
-        messages: list[ChatMessage],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: Any = None,
-        response_format: dict[str, Any] | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-        reasoning_effort: str | None = None,
-    ) -> LLMResult: ...
+    async def chat(self, messages: list[ChatMessage], **options: Unpack[ChatOptions]) -> LLMResult: ...
 
-    def stream_chat(
-        self,
-        messages: list[ChatMessage],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        tool_choice: Any = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> AsyncIterator[StreamChunk]: ...
+    def stream_chat(self, messages: list[ChatMessage],
+                    **options: Unpack[StreamOptions]) -> AsyncIterator[StreamChunk]: ...
+
+
+class DelegatingLLM:
+    """What every ``LLM`` that wraps another (tracing, metering, flow control) shares: ``name``,
+    ``abilities`` and ``context_size`` are the wrapped model's own (the same objects), and any
+    other attribute (``model``, ``base_url``, …) is read through. Subclasses add ``chat`` and
+    ``stream_chat``."""
+
+    def __init__(self, inner: LLM) -> None:
+        self._inner = inner
+        self.name = inner.name
+        self.abilities = inner.abilities
+        self.context_size = inner.context_size
+
+    def __getattr__(self, item: str) -> Any:
+        return getattr(self._inner, item)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._inner!r})"
 
 
 def ability(llm: LLM, key: str, default: bool = False) -> bool:
     """``llm.abilities[key]`` with a default for a missing key (SPEC §0.1)."""
     return bool(llm.abilities.get(key, default))
+
+
+def is_loopback_url(base_url: str | None) -> bool:
+    """True when ``base_url`` points at this machine (127.0.0.0/8, ::1, localhost)."""
+    if not base_url:
+        return False  # None = api.openai.com
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_allowed(name: str, base_url: str | None) -> None:
+    """``ConfigError`` when real endpoints are off (``ALLOW_REAL_LLM``, read at call time: tests
+    flip it after import) and ``base_url`` is not on this machine."""
+    if not ALLOW_REAL_LLM and not is_loopback_url(base_url):
+        raise ConfigError(
+            f"model {name!r}: real LLM endpoints are disabled (ALLOW_REAL_LLM=False) and "
+            f"base_url {base_url or 'https://api.openai.com/v1'!r} is not a loopback address")

@@ -68,7 +68,7 @@ class GatewayProc:
                 return self
             except httpx.HTTPError:
                 if self.proc.poll() is not None:
-                    raise RuntimeError(f"gateway exited: {self.log.read_text()[-2000:]}")
+                    raise RuntimeError(f"gateway exited: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.1)
         raise RuntimeError("gateway did not start")
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.browser.conftest import GatewayProc, shot
 from tests.integration.conftest import LLMFixture
-from tests.scripted_server import first_user_text, reply_text, reply_tool_calls
+from tests.scripted_server import reply_text, reply_tool_calls
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 

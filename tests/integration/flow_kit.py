@@ -1,5 +1,8 @@
 """A flow-control test cluster: its own (enforcing) scripted server, model registry file with
-limits, Redis database and worker processes, so no other test shares its limits."""
+limits, Redis database and worker processes, so no other test shares its limits.
+
+Each worker reads its own copy of the registry, which differs only in one request header
+(``x-reactq-worker``), so the server's request log tells which worker process sent a call."""
 
 from __future__ import annotations
 
@@ -18,13 +21,16 @@ from tests.integration.conftest import LLMFixture, ScriptBook, WorkerFactory
 from tests.scripted_server import Reply, ScriptedServer, first_user_text, reply_text
 
 USAGE = {"prompt_tokens": 80, "completion_tokens": 20, "total_tokens": 100}
+WORKER_HEADER = "x-reactq-worker"
 _dbs = itertools.cycle(range(9, 16))  # 16 databases; other tests use the low ones
 
 
-def registry_toml(base_url: str, limits: dict[str, int] | None) -> str:
+def registry_toml(base_url: str, limits: dict[str, int] | None, worker: str | None = None) -> str:
     lines = ["[models.scripted]", 'model = "scripted"', f'base_url = "{base_url}"',
              'roles = ["general", "fast", "reasoning", "smart"]',
              "abilities = { tool_call = true, json_mode = true }"]
+    if worker is not None:
+        lines.append(f'extra_headers = {{ "{WORKER_HEADER}" = "{worker}" }}')
     lines += [f"{k} = {v}" for k, v in (limits or {}).items()]
     return "\n".join(lines) + "\n"
 
@@ -45,9 +51,13 @@ class FlowCluster:
         models = tmp / "models.toml"
         models.write_text(registry_toml(self.server.base_url, limits))
         self.factory = WorkerFactory(self.url, LLMFixture(self.server, self.book), tmp)
-        env = {"REACTQ_MODELS": str(models), "REACTQ_FLOW_COMPLETION_ESTIMATE": "32", **env}
-        self.workers = [self.factory.start(f"flow{i}", wait=False, concurrency=concurrency, **env)
-                        for i in range(workers)]
+        env = {"REACTQ_FLOW_COMPLETION_ESTIMATE": "32", **env}
+        self.workers: list[Any] = []
+        for i in range(workers):
+            mine = tmp / f"models-flow{i}.toml"
+            mine.write_text(registry_toml(self.server.base_url, limits, worker=f"flow{i}"))
+            self.workers.append(self.factory.start(f"flow{i}", wait=False, concurrency=concurrency,
+                                                   REACTQ_MODELS=str(mine), **env))
         for w in self.workers:
             self.factory.wait_ready(w)
         self.settings = Settings(redis_url=self.url, models=models, tools="tests.integration.tools:TOOLS")
@@ -68,6 +78,10 @@ class FlowCluster:
     def first_request_at(self, query: str) -> float | None:
         times = [r.received_at for r in self.server.requests if first_user_text(r.body) == query]
         return min(times) if times else None
+
+    def callers(self, records: list[Any]) -> set[str]:
+        """The workers (``flow0``, ``flow1``, …) that sent these logged requests."""
+        return {r.headers.get(WORKER_HEADER, "?") for r in records}
 
     def wait_all(self, handles: list[Any], timeout: float) -> list[dict[str, Any]]:
         deadline = time.monotonic() + timeout

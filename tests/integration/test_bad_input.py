@@ -36,7 +36,7 @@ def snapshot(r: redis.Redis) -> dict[bytes, Any]:
     for key in r.scan_iter(count=1000):
         kind = r.type(key)
         size = {b"list": r.llen, b"stream": r.xlen, b"hash": r.hlen, b"set": r.scard,
-                b"zset": r.zcard}.get(kind, lambda k: r.strlen(k) if kind == b"string" else 0)(key)
+                b"zset": r.zcard}.get(kind, lambda k, kind=kind: r.strlen(k) if kind == b"string" else 0)(key)
         out[key] = (kind, size)
     return out
 

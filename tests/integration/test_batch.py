@@ -66,7 +66,7 @@ def runs_with_marker(r: Any, marker: str) -> list[str]:
     pipe = r.pipeline(transaction=False)
     for rid in ids:
         pipe.hget(Keys().run(rid), "request")
-    return [rid for rid, req in zip(ids, pipe.execute()) if req and marker in json.loads(req)["query"]]
+    return [rid for rid, req in zip(ids, pipe.execute(), strict=True) if req and marker in json.loads(req)["query"]]
 
 
 def test_a_killed_batch_resumes_without_paying_twice(redis_url, llm, workers, r, tmp_path):

@@ -13,7 +13,6 @@ process manager would), with ``REACTQ_MAX_TASK_CRASHES=3``:
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path

@@ -415,7 +415,7 @@ def test_the_cli_runs_a_plan_file_and_refuses_a_cycle(dag_cluster: Cluster, llm:
     import typer
     from typer.testing import CliRunner
 
-    from reactq.dispatcher.dag_cli import dag
+    from reactq.dispatcher.cli.dags import dag
 
     s = dag_cluster.dags.settings
     for name, value in {"REACTQ_REDIS_URL": s.redis_url, "REACTQ_MODELS": str(s.models),

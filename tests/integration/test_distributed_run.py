@@ -57,6 +57,7 @@ async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runne
 
     monkeypatch.setenv("REACT_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)  # as the workers
     from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.settings import EngineConfig
     from reactq.shared.events import ListSink
     from reactq.shared.inprocess import run_local
     from reactq.shared.llm.registry import load_registry
@@ -75,7 +76,10 @@ async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runne
     q_dist = q_local[:-10] + "x" + q_local[-9:]
     llm.script(q_dist, turns, synthesis=synth)
 
-    deps = EngineDeps(llm=load_registry(settings).get_default(), registry=default_registry(settings))
+    # This test is the in-process shell's edge: it reads the engine's config from the
+    # environment, as the workers do (the engine itself never reads it).
+    deps = EngineDeps(llm=load_registry(settings).get_default(), registry=default_registry(settings),
+                      config=EngineConfig())
     sink = ListSink()
     state = await run_local(RunRequest(query=q_local, mode=mode), deps, sink=sink)
     assert state.status == "succeeded"

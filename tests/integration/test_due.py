@@ -8,9 +8,8 @@ import uuid
 from typing import Any
 
 import pytest
-import redis
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.settings import Settings
@@ -61,7 +60,7 @@ def test_every_commit_says_what_is_due_until_the_run_ends(rt: Runtime) -> None:
     due = _due(rt)
     assert set(due) == {"run:d1"} and due["run:d1"] <= time.time() * 1000 + 1000
     st.phase, st.pending_calls = "llm", []
-    assert store.commit(rid, st, 2, loop.fail(st, "boom", now=time.time()))
+    assert store.commit(rid, st, 2, ending.fail(st, "boom", now=time.time()))
     assert _due(rt) == {}, "a terminal commit leaves nothing due"
 
 
@@ -91,7 +90,7 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
     live = st.model_copy(deep=True)
     rt.store.publish(rid, [loop.emit(live, "step", type="thinking", status="start", iteration=1),
                            loop.emit(live, "phase", phase="x")])
-    for crash in range(2):
+    for _ in range(2):
         # A holder took the lease and died: its record stays, its key expires.
         rt.redis.hset(rt.keys.lease_tasks_for("run:d3"), "run:d3", '{"task": "reactq.iterate"}')
         time.sleep(0.6)

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from reactq.dispatcher.batch import BatchDriver, parse_lines
+from reactq.dispatcher.batch.driver import BatchDriver
+from reactq.dispatcher.batch.items import parse_lines
 from tests.integration.flow_kit import USAGE, FlowCluster
 from tests.scripted_server import reply_text, reply_tool_calls
 

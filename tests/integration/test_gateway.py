@@ -337,7 +337,8 @@ def test_http_batches_as_json_and_jsonl(api, llm):
 
 def test_a_gateway_that_starts_resumes_batches_left_running(api, redis_url, llm, r, tmp_path):
     """A batch whose gateway died (no driver lease) is picked up by the next gateway."""
-    from reactq.dispatcher.batch import BatchStore, parse_obj
+    from reactq.dispatcher.batch.items import parse_obj
+    from reactq.dispatcher.batch.store import BatchStore
     from reactq.shared.keys import Keys
 
     qs = [llm.script(llm.unique(f"orphan batch {i}"), [reply_text("a")]) for i in range(3)]

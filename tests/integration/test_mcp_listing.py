@@ -10,7 +10,6 @@ import asyncio
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 

@@ -100,7 +100,7 @@ def test_queue_depth_counts_kombus_lists_with_their_priority_suffixes(redis_url)
     """Messages nobody consumes (db 9 has no workers) are counted per queue, priorities included."""
     from celery import Celery
 
-    from reactq.workers.config import celery_config
+    from reactq.shared.wire import celery_config
 
     base = redis_url.rsplit("/", 1)[0]
     settings = Settings(redis_url=f"{base}/9")

@@ -9,7 +9,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
@@ -85,7 +85,7 @@ def test_status_sets_follow_the_run_through_commit(store, r, keys):
     assert store.commit(rid, st, 0, loop.begin_turn(st))
     assert _ids(index.page(RunFilter(status="running"))) == [rid]
     assert _ids(index.page(RunFilter(status="queued"))) == [other]
-    events = loop.fail(st, "boom", now=time.time())
+    events = ending.fail(st, "boom", now=time.time())
     assert store.commit(rid, st, 1, events)
     assert _ids(index.page(RunFilter(status="failed"))) == [rid]
     assert _ids(index.page(RunFilter(status="running"))) == []
@@ -178,7 +178,8 @@ def test_an_http_batch_files_its_runs_under_its_id(redis_url, keys, r):
     """The batch driver submits with the batch id: GET /v1/runs?batch_id= lists its runs."""
     import threading
 
-    from reactq.dispatcher.batch import BatchDriver, parse_obj
+    from reactq.dispatcher.batch.driver import BatchDriver
+    from reactq.dispatcher.batch.items import parse_obj
     from reactq.dispatcher.client import Dispatcher
 
     d = Dispatcher(Settings(redis_url=redis_url, key_prefix=keys.prefix))

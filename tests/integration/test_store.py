@@ -8,7 +8,7 @@ import uuid
 import pytest
 import redis
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.keys import Keys
 from reactq.shared.store import RunStore
@@ -57,7 +57,7 @@ def test_a_finished_run_expires_and_its_stream_is_capped(store, r):
     rid, _ = store.create("r3", {"query": "q"})
     st = _state(rid)
     events = [loop.emit(st, "answer", status="delta", content=str(i)) for i in range(500)]
-    events += loop.fail(st, "boom", now=time.time())
+    events += ending.fail(st, "boom", now=time.time())
     assert store.commit(rid, st, 0, events)
     assert 0 < r.ttl(store.keys.run(rid)) <= 60
     assert 0 < r.ttl(store.keys.run_events(rid)) <= 60
@@ -102,3 +102,19 @@ def test_a_late_ledger_write_for_a_call_already_done_is_refused(store):
     assert store.ledger_done(rid, "c1", first, 1) is True
     assert store.ledger_done(rid, "c1", late, 1) is False
     assert store.ledger_outcomes(rid, ["c1"])["c1"].worker == "b"
+
+
+def test_the_stored_result_is_the_done_events_result(store):
+    """S78/S80: ``done.iterations = result.iterations`` (0 after a failure) and one rounding
+    of ``elapsed``, in the stored result as in the event (they disagreed before)."""
+    rid, _ = store.create("r4", {"query": "q"})
+    st = _state(rid)
+    st.started_at = 100.0
+    st.iteration = 2
+    events = ending.fail(st, "boom", now=101.23456)
+    assert store.commit(rid, st, 0, events)
+    result = store.status(rid)["result"]
+    done = events[-1].data
+    assert {k: result[k] for k in ("answer", "iterations", "usage", "elapsed", "status")} == {
+        k: done[k] for k in ("answer", "iterations", "usage", "elapsed", "status")}
+    assert (result["iterations"], result["elapsed"], result["error"]) == (0, 1.23, "boom")

@@ -9,6 +9,7 @@ Every LLM request of every test here is also checked by the autouse pairing vali
 from __future__ import annotations
 
 import threading
+from itertools import pairwise
 import time
 from typing import Any
 
@@ -233,7 +234,7 @@ def test_racing_enqueues_run_one_at_a_time_each_from_the_ones_before(workers, se
     for h in handles:
         assert h.result(timeout=60)["status"] == "succeeded"
     states = sorted((clients[0].store.load(h.run_id).state for h in handles), key=lambda s: s.started_at)
-    for before, after in zip(states, states[1:]):
+    for before, after in pairwise(states):
         assert after.started_at >= before.ended_at, "two runs of one thread overlapped"
     for n, state in enumerate(states):
         assert len(state.history) == 2 * n, "each run starts from every answer before it"

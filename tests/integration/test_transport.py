@@ -1,6 +1,6 @@
 """reactq's Redis broker transport: one redis client per channel, not one per publish.
 
-Pins the kombu seams ``reactq.workers.transport`` relies on, so an upgrade that moves them
+Pins the kombu seams ``reactq.shared.transport`` relies on, so an upgrade that moves them
 fails here rather than silently bringing the per-publish client back.
 """
 
@@ -13,8 +13,8 @@ import redis
 from celery import Celery
 
 from reactq.shared.settings import Settings
-from reactq.workers.config import celery_config
-from reactq.workers.transport import Channel, Transport
+from reactq.shared.wire import celery_config
+from reactq.shared.transport import Channel, Transport
 
 pytestmark = pytest.mark.integration
 

@@ -38,7 +38,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert tops == {"reactq"}
     assert "reactq/shared/engine/loop.py" in names
     assert "reactq/workers/app.py" in names
-    assert "reactq/dispatcher/cli.py" in names
+    assert "reactq/dispatcher/cli/__init__.py" in names
     assert "reactq/dispatcher/samples/questions.jsonl" in names
     assert not [n for n in names if n.endswith(".pyc")]
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from reactq.dispatcher.batch import BatchStore
+from reactq.dispatcher.batch.store import BatchStore
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import client, is_cluster
 from reactq.shared.settings import Settings

@@ -16,7 +16,7 @@ from celery import Celery
 
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
-from reactq.workers.config import AMQP_MAX_PRIORITY, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, celery_config
+from reactq.shared.wire import AMQP_MAX_PRIORITY, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, celery_config
 from tests.backends import RabbitVhosts, rabbit_missing
 
 pytestmark = pytest.mark.rabbitmq
@@ -63,7 +63,7 @@ def test_the_queues_are_priority_queues_and_a_higher_priority_is_delivered_first
                              "name", "arguments"], capture_output=True, text=True, check=True).stdout
     for q in (RUNS_QUEUE, TOOLS_QUEUE):
         line = next(x for x in listed.splitlines() if x.startswith(q))
-        assert f"x-max-priority" in line and str(AMQP_MAX_PRIORITY) in line
+        assert "x-max-priority" in line and str(AMQP_MAX_PRIORITY) in line
     # No consumer: three batch-priority steps wait, then an interactive one arrives.
     for n in range(3):
         app.send_task(ITERATE, [f"batch-{n}", 0], queue=RUNS_QUEUE, priority=0)

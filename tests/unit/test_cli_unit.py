@@ -11,9 +11,10 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from reactq.dispatcher.batch import ResultFile, parse_lines
+from reactq.dispatcher.batch.files import ResultFile
+from reactq.dispatcher.batch.items import parse_lines
 from reactq.dispatcher.cli import app
-from reactq.dispatcher.render import RunRenderer, screenful
+from reactq.dispatcher.cli.render import RunRenderer, screenful
 from reactq.shared.events import Event
 
 ENV = {"REACTQ_MODEL": "scripted", "OPENAI_API_KEY": "test-key",
@@ -135,9 +136,9 @@ def test_dag_forwards_to_the_dag_module_when_it_exists(runner, monkeypatch):
         seen.update(plan=plan, goal=goal)
 
     fake = types.SimpleNamespace(dag=dag)
-    monkeypatch.setitem(sys.modules, "reactq.dispatcher.dag_cli", fake)
-    # `from dispatcher import dag_cli` prefers the package attribute once the real one loaded.
-    monkeypatch.setattr(sys.modules["reactq.dispatcher"], "dag_cli", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "reactq.dispatcher.cli.dags", fake)
+    # `from reactq.dispatcher.cli import dags` prefers the package attribute once the real one loaded.
+    monkeypatch.setattr(sys.modules["reactq.dispatcher.cli"], "dags", fake, raising=False)
     res = runner.invoke(app, ["dag", "--goal", "plan a trip"], env=ENV)
     assert res.exit_code == 0, res.output
     assert seen == {"plan": None, "goal": "plan a trip"}

@@ -336,3 +336,31 @@ async def test_compaction_usage_is_recorded_on_the_guard() -> None:
     guard = ContextGuard(400, llm=llm)
     await guard.check_and_compact(alternating(10))
     assert guard.usage.total_tokens == 10
+
+
+# --- a history checked turn after turn ------------------------------------------------------
+
+
+async def test_a_growing_history_is_judged_as_a_fresh_guard_judges_it() -> None:
+    """The guard remembers what it capped and counted; each turn's answer is still the one a
+    guard that never saw the history gives (under and over the budget, capped messages)."""
+    system = msg("system", "You help.")
+    history: list[ChatMessage] = [system, msg("user", "q" * 2000)]
+    kept = ContextGuard(1000, max_message_chars=1000)
+    for i in range(12):
+        out = await kept.check_and_compact(history)
+        fresh = await ContextGuard(1000, max_message_chars=1000).check_and_compact(list(history))
+        assert out == fresh and out is not history
+        history = out + [msg("assistant", f"a{i}".ljust(300, "y"))]  # as the engine appends
+    assert len(history) < 13  # the budget was reached on the way: the history was truncated
+
+
+async def test_a_history_changed_before_its_end_is_counted_again() -> None:
+    """Only a history that starts with the very messages checked before reuses their count."""
+    system = msg("system", "You help.")
+    guard = ContextGuard(200)
+    short = [system, msg("user", "a" * 40), msg("assistant", "b" * 40)]
+    assert await guard.check_and_compact(short) == short
+    replaced = [system, msg("user", "a" * 900), msg("assistant", "b" * 40)]  # same length, other middle
+    assert await guard.check_and_compact(replaced) == smart_truncate(replaced, 200)
+    assert await guard.check_and_compact(short[:2]) == short[:2]  # shorter than what was seen

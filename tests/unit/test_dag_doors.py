@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,14 +13,14 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from reactq.dispatcher.dag import DagDispatcher
-from reactq.dispatcher.dag_cli import UsageError, load_request, steps_table
+from reactq.dispatcher.cli.dags import UsageError, load_request, steps_table
 from reactq.dispatcher.http import errors
 from reactq.dispatcher.http.dags import router
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.shared.dag import machine as M
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import ExecutionPlan, PlanStep
-from reactq.shared.dag.store import DagStore, public_view
+from reactq.shared.dag.store import DagNotFound, DagStore, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
 from reactq.shared.requests import DagRequest, PlanStepIn
@@ -98,6 +99,85 @@ def test_the_public_view_lists_steps_with_status_run_and_result(r: fakeredis.Fak
     view = public_view(store.load("d1"))
     assert view["round"] == 1 and view["phase"] == "executing"
     assert (view["steps"][0]["status"], view["steps"][0]["run_id"]) == ("running", "child-1")
+
+
+class GatedRedis(fakeredis.FakeRedis):
+    """A client whose pipelines, in the thread named ``gated``, say they ``arrived`` and wait
+    for ``gate`` before they execute: one creator is held half-way while another one runs."""
+
+    gated = ""
+    arrived = threading.Event()
+    gate = threading.Event()
+
+    def pipeline(self, *args: Any, **kwargs: Any) -> Any:
+        pipe = super().pipeline(*args, **kwargs)
+        if threading.current_thread().name == self.gated:
+            execute = pipe.execute
+
+            def held(*a: Any, **k: Any) -> Any:
+                self.arrived.set()
+                assert self.gate.wait(10)
+                return execute(*a, **k)
+
+            pipe.execute = held
+        return pipe
+
+
+def _dag_hashes(r: fakeredis.FakeRedis) -> list[bytes]:
+    return [k for k in r.scan_iter(match=Keys().dag("*"), _type="HASH")]
+
+
+def test_two_concurrent_creates_with_one_key_make_one_dag_and_both_find_it(server) -> None:
+    r = GatedRedis(server=server)
+    r.gated, r.arrived, r.gate = "first", threading.Event(), threading.Event()
+    store = DagStore(r)
+    answers: dict[str, tuple[str, bool]] = {}
+    found: dict[str, bool] = {}
+
+    def create(name: str) -> None:
+        answers[name] = store.create(name, {"goal": "g"}, idempotency_key="k")
+        try:
+            store.load(answers[name][0])  # the answer names a DAG that is there
+            found[name] = True
+        except DagNotFound:
+            found[name] = False
+        if name == "second":
+            r.gate.set()
+
+    threads = [threading.Thread(target=create, args=(n,), name=n) for n in ("first", "second")]
+    threads[0].start()
+    assert r.arrived.wait(10)  # the first creator is held inside create
+    threads[1].start()
+    for t in threads:
+        t.join(10)
+    assert answers["first"][0] == answers["second"][0]
+    assert sorted(created for _, created in answers.values()) == [False, True]
+    assert found == {"first": True, "second": True}
+    assert len(_dag_hashes(r)) == 1
+
+
+def test_a_key_that_expires_while_it_is_claimed_still_makes_one_dag(server) -> None:
+    """The key lapses between a creator's failed ``SET NX`` and its ``GET`` and a third
+    creator claims it meanwhile: the second must answer with the third's DAG, not its own."""
+    r = fakeredis.FakeRedis(server=server)
+    store = DagStore(r)
+    store.create("first", {"goal": "g"}, idempotency_key="k")
+    idem = Keys().idem("dag:k")
+    get = r.get
+    answers: dict[str, tuple[str, bool]] = {}
+
+    def lapsing_get(name: Any) -> Any:
+        if name == idem and "third" not in answers:
+            r.delete(idem)  # it expired…
+            answers["third"] = store.create("third", {"goal": "g"}, idempotency_key="k")  # …and was claimed
+            return None
+        return get(name)
+
+    r.get = lapsing_get  # type: ignore[method-assign]
+    second = store.create("second", {"goal": "g"}, idempotency_key="k")
+    assert answers["third"] == ("third", True)
+    assert second == ("third", False)
+    assert sorted(_dag_hashes(r)) == [Keys().dag("first").encode(), Keys().dag("third").encode()]
 
 
 # -- Python door ----------------------------------------------------------------------------

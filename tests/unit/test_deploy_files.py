@@ -46,13 +46,13 @@ def check_reactq(argv: list[str]) -> None:
     try:
         cli = importlib.import_module("reactq.dispatcher.cli")
     except ImportError:
-        pytest.skip("dispatcher/cli.py is not there yet")
+        pytest.skip("dispatcher/cli/ is not there yet")
     import typer.main
 
     # typer's group (its own vendored click in newer releases): read its commands by name.
-    commands: dict[str, Any] = getattr(typer.main.get_command(cli.app), "commands")
+    commands: dict[str, Any] = typer.main.get_command(cli.app).commands
     sub = argv[1]
-    assert sub in commands, f"`reactq {sub}` is not a command of dispatcher/cli.py"
+    assert sub in commands, f"`reactq {sub}` is not a command of dispatcher/cli/"
     options = _option_names(commands[sub])
     for word in argv[2:]:
         if word.startswith("-"):

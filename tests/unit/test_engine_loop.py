@@ -449,7 +449,7 @@ async def test_a_one_turn_budget_ends_with_the_summary_of_that_turn() -> None:
 
 def test_the_step_summary_says_no_steps_taken_when_there_were_none() -> None:
     """S16: an empty step list summarises as "(no steps taken)"; a final step as "final answer"."""
-    from reactq.shared.engine.loop import step_summary
+    from reactq.shared.engine.result import step_summary
     from reactq.shared.engine.state import RunState, StepRecord
 
     state = RunState(run_id="r", query="q", model="m", mode="json", max_iterations=1)
@@ -564,7 +564,7 @@ async def test_duplicate_or_empty_native_call_ids_still_run_every_call() -> None
     second = out.loop_calls()[1].messages
     assistant = second[2]
     assert [c.id for c in assistant.tool_calls or []] == ids
-    assert [(m.tool_call_id, m.content) for m in second[3:]] == list(zip(ids, "abcd"))
+    assert [(m.tool_call_id, m.content) for m in second[3:]] == list(zip(ids, "abcd", strict=False))
 
 
 async def test_a_call_id_reused_in_a_later_turn_gets_a_fresh_id() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import load_state
 from reactq.shared.llm.testing import ScriptedLLM, text, tool_calls
 from reactq.shared.settings import EngineConfig
@@ -57,6 +57,6 @@ def test_refused_calls_survive_a_state_round_trip_and_cancel_answers_them() -> N
     again = load_state(dump_state(state))
     assert [c.id for c in again.pending_calls] == ["c0"]
     assert [c.id for c in again.refused_calls] == ["c1", "c2"]
-    loop.cancel(again, now=1.0)
+    ending.cancel(again, now=1.0)
     assert [m.tool_call_id for m in again.messages if m.role == "tool"] == ["c0", "c1", "c2"]
     assert again.refused_calls == []

@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from reactq.dispatcher import cli, localmodel
+from reactq.dispatcher.cli import runs
 from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
 
@@ -33,8 +34,8 @@ def test_no_model_and_no_local_extra_exits_2_before_submitting(bare_env, monkeyp
     def never(*a, **k):
         raise AssertionError("nothing may be submitted")
 
-    monkeypatch.setattr(cli, "run_distributed", never)
-    monkeypatch.setattr(cli, "run_in_process", never)
+    monkeypatch.setattr(runs, "run_distributed", never)
+    monkeypatch.setattr(runs, "run_in_process", never)
     for args in (["run", "what is 17*23?"], ["run", "what is 17*23?", "--local"], ["serve"], ["worker"]):
         res = CliRunner().invoke(cli.app, args)
         assert res.exit_code == 2, (args, res.output)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import flowcontrol
 from reactq.shared.engine.state import RunState
 from reactq.shared.flow import limiter as L
 from reactq.shared.flow.limiter import Denied, FlowLimiter, Limits, Ticket
@@ -130,8 +130,8 @@ def _state(**kw: object) -> RunState:
 
 def test_budget_stop_answers_with_the_max_iterations_summary() -> None:
     state = _state(token_budget=100, phase="llm", iteration=2)
-    assert loop.budget_reached(state, 100) and not loop.budget_reached(state, 99)
-    events = loop.stop_for_budget(state, 120, now=1.0)
+    assert flowcontrol.budget_reached(state, 100) and not flowcontrol.budget_reached(state, 99)
+    events = flowcontrol.stop_for_budget(state, 120, now=1.0)
     kinds = [(e.channel, e.data.get("kind") or e.data.get("status") or e.data.get("type")) for e in events]
     assert kinds[0] == ("error", "budget")
     assert kinds[-1] == ("done", "succeeded")
@@ -144,11 +144,11 @@ def test_budget_stop_answers_with_the_max_iterations_summary() -> None:
 
 def test_rate_limited_event_once_per_wait() -> None:
     state = _state(phase="llm")
-    first = loop.rate_limited(state, "m", 2.0, now=1.0)
+    first = flowcontrol.rate_limited(state, "m", 2.0, now=1.0)
     assert [e.data for e in first] == [{"phase": "rate_limited", "model": "m", "wait_s": 2.0, "seq": 1}]
-    assert loop.rate_limited(state, "m", 1.0, now=2.0) == []
-    loop.admitted(state)
-    assert len(loop.rate_limited(state, "m", 1.0, now=3.0)) == 1
+    assert flowcontrol.rate_limited(state, "m", 1.0, now=2.0) == []
+    flowcontrol.admitted(state)
+    assert len(flowcontrol.rate_limited(state, "m", 1.0, now=3.0)) == 1
 
 
 def test_the_sdk_retry_of_429s_is_switched_off_under_the_metering_wrapper() -> None:
@@ -190,7 +190,7 @@ def test_registry_entries_take_the_three_limits_and_refuse_nonsense(tmp_path) ->
 def test_run_requests_take_priority_and_token_budget() -> None:
     from pydantic import ValidationError
 
-    from reactq.dispatcher.batch import parse_obj
+    from reactq.dispatcher.batch.items import parse_obj
     from reactq.shared.requests import RunRequest
 
     assert RunRequest(query="q").priority == "interactive"
@@ -207,7 +207,7 @@ def test_reactq_run_shows_a_wait_for_capacity() -> None:
 
     from rich.console import Console
 
-    from reactq.dispatcher.render import RunRenderer
+    from reactq.dispatcher.cli.render import RunRenderer
     from reactq.shared.events import Event
 
     buf = io.StringIO()

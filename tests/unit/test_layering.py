@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,19 +51,95 @@ def test_shared_never_imports_the_shells():
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
 
 
-def test_the_dispatcher_uses_workers_only_for_names_and_configuration():
-    allowed = {"reactq.workers.config"}
+def test_the_dispatcher_imports_no_worker_code():
+    """Task names, queues and the Celery config are in ``shared/wire.py``: the dispatcher
+    sends by name and needs nothing from ``workers/``."""
     for path in (ROOT / "dispatcher").rglob("*.py"):
-        bad = {n for n in _imports(path) if _top(n) == "workers" and n not in allowed}
+        bad = {n for n in _imports(path) if _top(n) == "workers"}
         assert not bad, f"{path.relative_to(ROOT)} imports {bad}"
+
+
+#: What a gateway host must not load: worker code, tool implementations (built-ins, MCP, the
+#: registry loader) and hook implementations. The tool and hook *types* are the public API.
+GATEWAY_FORBIDDEN = ("reactq.workers", "reactq.shared.tools.builtins", "reactq.shared.tools.mcp",
+                     "reactq.shared.tools.loader", "reactq.shared.tools.http_fetch", "mcp",
+                     "reactq.shared.hooks.builtins", "reactq.shared.hooks.loader")
+
+_LOADED = """
+import json, sys
+import reactq.dispatcher.http
+from reactq.dispatcher.http import create_app
+from reactq.shared.settings import Settings
+create_app(Settings(redis_url="redis://127.0.0.1:1/0"))
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_gateway_loads_no_worker_tool_or_hook_module(tmp_path):
+    """Importing the gateway and building its app, in a fresh interpreter (this one has
+    loaded everything), loads none of ``GATEWAY_FORBIDDEN``."""
+    out = subprocess.run([sys.executable, "-c", _LOADED], capture_output=True, text=True, check=True,
+                         cwd=tmp_path, timeout=60).stdout
+    loaded = json.loads(out.splitlines()[-1])
+    assert "reactq.dispatcher.http.runs" in loaded  # the probe saw the gateway itself
+    bad = [m for m in loaded if any(m == f or m.startswith(f + ".") for f in GATEWAY_FORBIDDEN)]
+    assert not bad, f"importing the gateway loaded {bad}"
 
 
 def test_celery_accepts_json_only():
     from reactq.shared.settings import Settings
-    from reactq.workers.config import celery_config
+    from reactq.shared.wire import celery_config
 
     conf = celery_config(Settings(redis_url="redis://127.0.0.1:1/0"))
     assert conf["accept_content"] == ["json"]
     assert conf["task_serializer"] == "json"
     assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"]
     assert conf["worker_prefetch_multiplier"] == 1
+
+
+ENV_READERS = {"environ", "environb", "getenv", "getenvb"}
+
+
+def _settings_classes() -> set[str]:
+    """Names of the settings classes: building one reads the environment (pydantic-settings)."""
+    import inspect
+
+    from pydantic_settings import BaseSettings
+
+    from reactq.shared import settings
+    from reactq.shared.dag import config
+
+    return {name for mod in (settings, config) for name, obj in vars(mod).items()
+            if inspect.isclass(obj) and issubclass(obj, BaseSettings) and obj is not BaseSettings}
+
+
+def _env_reads(path: Path, settings: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr in ENV_READERS:
+            found.append(f"line {node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            found += [f"line {node.lineno}: from os import {a.name}" for a in node.names if a.name in ENV_READERS]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in settings:
+            found.append(f"line {node.lineno}: {node.func.id}()")
+        elif (isinstance(node, ast.keyword) and node.arg == "default_factory"
+              and isinstance(node.value, ast.Name) and node.value.id in settings):
+            found.append(f"line {node.value.lineno}: default_factory={node.value.id}")
+    return found
+
+
+def test_the_engine_never_reads_the_environment():
+    """Engine config is passed in (``EngineDeps.config``, read at the shells' edge): no module
+    under shared/engine reads ``os.environ`` / ``os.getenv`` or builds a settings object."""
+    settings = _settings_classes()
+    assert "EngineConfig" in settings
+    for path in (ROOT / "shared" / "engine").rglob("*.py"):
+        assert not _env_reads(path, settings), f"{path.relative_to(ROOT)} reads the environment: {_env_reads(path, settings)}"
+
+
+def test_the_environment_check_sees_each_way_of_reading_it(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text("import os\nfrom os import getenv\nfrom dataclasses import field\n"
+                   "a = os.environ.get('X')\nb = os.getenv('Y')\nc = EngineConfig()\n"
+                   "d = field(default_factory=EngineConfig)\ne = EngineConfig.defaults()\n")
+    assert len(_env_reads(src, _settings_classes())) == 5

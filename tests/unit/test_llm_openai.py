@@ -6,7 +6,6 @@ import asyncio
 import pickle
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,10 @@ import pytest
 from reactq.shared.errors import ConfigError, LLMError, StreamIncomplete
 from reactq.shared.llm import base as llm_base
 from reactq.shared.llm.base import LLM
-from reactq.shared.llm.openai import OpenAILLM, ToolCallAssembler, is_loopback_url, to_openai_message
+from reactq.shared.llm.assembly import ToolCallAssembler
+from reactq.shared.llm.base import is_loopback_url
+from reactq.shared.llm.messages import to_openai_message
+from reactq.shared.llm.openai import OpenAILLM
 from reactq.shared.models import ChatMessage, StreamChunk, ToolCallRequest
 from tests.scripted_server import (
     DEFAULT_SYNTHESIS_TEXT,

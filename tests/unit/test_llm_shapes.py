@@ -16,7 +16,7 @@ def _history() -> list[ChatMessage]:
 
 
 def test_tool_messages_become_user_messages_naming_the_tool():
-    from reactq.shared.llm.openai import to_openai_message
+    from reactq.shared.llm.messages import to_openai_message
 
     wire = tool_results_as_user([to_openai_message(m) for m in _history()])
     assert [m["role"] for m in wire] == ["user", "assistant", "user"]

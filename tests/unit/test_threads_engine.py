@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from pydantic import ValidationError
 
-from reactq.shared.engine import loop
+from reactq.shared.engine import ending, loop
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine.context import ContextGuard, estimate_messages
 from reactq.shared.engine.conversation import (
@@ -81,7 +81,7 @@ def _stopped(strategy: str) -> RunState:
     state.messages.append(ChatMessage(role="assistant", tool_calls=[call]))
     state.pending_calls = [call]
     state.phase = "tools"
-    events = loop.interrupt(state, now=1.0, strategy=strategy)
+    events = ending.interrupt(state, now=1.0, strategy=strategy)
     assert [e.channel for e in events] == ["error", "done"]
     assert events[0].data["kind"] == "interrupted" and events[0].data["strategy"] == strategy
     return state

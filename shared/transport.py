@@ -8,9 +8,11 @@ holds no connection of its own, so one per channel (rebuilt when kombu replaces 
 does the same work.
 
 Registered as the transport for ``redis://`` and ``rediss://`` URLs (kombu resolves a URL's
-scheme through ``TRANSPORT_ALIASES``). ``tests/unit/test_transport.py`` pins what this relies
-on: the channel class the Celery app ends up with, and one client for many publishes, so a
-kombu upgrade that moves these seams fails a test instead of silently undoing the fix.
+scheme through ``TRANSPORT_ALIASES``) by ``reactq.shared.wire.celery_config``, which both sides
+use: the workers consume through it and the dispatcher publishes through it.
+``tests/integration/test_transport.py`` pins what this relies on: the channel class the Celery
+app ends up with, and one client for many publishes, so a kombu upgrade that moves these seams
+fails a test instead of silently undoing the fix.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from kombu.transport import TRANSPORT_ALIASES
 from kombu.transport import redis as kombu_redis
 
-TRANSPORT = "reactq.workers.transport:Transport"
+TRANSPORT = "reactq.shared.transport:Transport"
 
 
 class Channel(kombu_redis.Channel):
@@ -29,11 +31,12 @@ class Channel(kombu_redis.Channel):
     _reactq_client: Any = None
 
     def _create_client(self, asynchronous: bool = False) -> Any:
+        base: Any = super()  # kombu has no type hints
         if asynchronous:
-            return super()._create_client(asynchronous=True)
+            return base._create_client(asynchronous=True)
         client = self._reactq_client
         if client is None or client.connection_pool is not self.pool:
-            client = self._reactq_client = super()._create_client()
+            client = self._reactq_client = base._create_client()
         return client
 
 

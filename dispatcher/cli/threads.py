@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 from pydantic import ValidationError
 
+from reactq.dispatcher.cli.common import EXIT_FAILED, dispatcher, err, fail, out, settings, validation_message
+
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle
     from reactq.shared.requests import RunRequest
@@ -29,7 +31,6 @@ class Strategy(str, Enum):
 
 def with_thread(req: RunRequest, thread_id: str | None, strategy: Strategy) -> RunRequest:
     """The request on ``thread_id`` (validated: exit 2 naming the field)."""
-    from reactq.dispatcher import cli
     from reactq.shared.requests import RunRequest
 
     if thread_id is None:
@@ -38,20 +39,19 @@ def with_thread(req: RunRequest, thread_id: str | None, strategy: Strategy) -> R
         return RunRequest.model_validate({**req.model_dump(exclude_unset=True), "thread_id": thread_id,
                                           "multitask_strategy": strategy.value})
     except ValidationError as exc:
-        cli.fail(f"invalid request: {cli.validation_message(exc)}")
+        fail(f"invalid request: {validation_message(exc)}")
 
 
 def submit(d: Dispatcher, req: RunRequest) -> RunHandle:
     """Submit; a busy thread (reject) exits 1; an injected query says which run took it."""
-    from reactq.dispatcher import cli
     from reactq.dispatcher.threads import ThreadBusy
 
     try:
         handle = d.submit(req)
     except ThreadBusy as exc:
-        cli.fail(str(exc), cli.EXIT_FAILED)
+        fail(str(exc), EXIT_FAILED)
     if handle.injected:
-        cli.err.print(f"[dim]sent into run {handle.run_id} (the active run of thread {req.thread_id}) "
+        err.print(f"[dim]sent into run {handle.run_id} (the active run of thread {req.thread_id}) "
                       f"as a follow-up, interrupt {handle.interrupt_id}[/]")
     return handle
 
@@ -63,19 +63,18 @@ def thread(
     """A thread: its conversation so far, then its runs (oldest first)."""
     import re
 
-    from reactq.dispatcher import cli
     from reactq.dispatcher.threads import thread_view
     from reactq.shared.requests import THREAD_ID_PATTERN
 
     if len(thread_id) > 200 or not re.match(THREAD_ID_PATTERN, thread_id):
-        cli.fail("thread_id: 1..200 characters of A-Z a-z 0-9 . _ : -")
-    view = thread_view(cli.dispatcher(cli.settings()), thread_id)
+        fail("thread_id: 1..200 characters of A-Z a-z 0-9 . _ : -")
+    view = thread_view(dispatcher(settings()), thread_id)
     if view is None:
-        cli.fail(f"no thread with id {thread_id!r} (it may have expired)", cli.EXIT_FAILED)
+        fail(f"no thread with id {thread_id!r} (it may have expired)", EXIT_FAILED)
     if as_json:
         print(json.dumps(view, ensure_ascii=False))
         return
-    _render(cli.out, view)
+    _render(out, view)
 
 
 def _render(out: Any, view: dict[str, Any]) -> None:

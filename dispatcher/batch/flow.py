@@ -1,6 +1,6 @@
 """Flow control for batches: a batch's token budget and its cancellation.
 
-``BatchDriver`` (``dispatcher/batch.py``) calls ``BatchFlow.check`` every tick. The batch's
+``BatchDriver`` (``driver.py``) calls ``BatchFlow.check`` every tick. The batch's
 spend is what its runs paid — the ``tokens_spent`` each run's LLM middleware adds up in
 the run hash (every call, retries included), read for the runs in flight with the poll
 the driver makes anyway. Once the spend reaches ``token_budget``, or the batch is
@@ -15,15 +15,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
+
 if TYPE_CHECKING:
-    from reactq.dispatcher.batch import BatchDriver, BatchItem
+    from reactq.dispatcher.batch.driver import BatchDriver
 
 SPENT_FIELD = "tokens_spent"  # the run hash field (reactq.workers.flow.SPENT_FIELD)
-
-
-def skipped_result(item: BatchItem, reason: str) -> dict[str, Any]:
-    return {"id": item.id, "line": item.line, "run_id": None, "status": "skipped", "answer": None,
-            "iterations": 0, "usage": None, "elapsed": 0.0, "error": f"skipped: batch {reason}"}
 
 
 @dataclass
@@ -42,7 +39,7 @@ class BatchFlow:
         pipe = d.redis.pipeline(transaction=False)
         for rid in ids:
             pipe.hget(d.keys.run(rid), SPENT_FIELD)
-        for rid, raw in zip(ids, pipe.execute()):
+        for rid, raw in zip(ids, pipe.execute(), strict=True):
             n = int(raw or 0)
             if rid in finished:
                 self.spent_done += n
@@ -52,8 +49,6 @@ class BatchFlow:
 
     def check(self, driver: BatchDriver, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
         """Skip the lines not started (and cancel runs in flight) once the batch must stop."""
-        from reactq.dispatcher.batch import invalid_result
-
         reason: str | None = None
         if driver.cancelled is not None and driver.cancelled():
             reason = "cancelled"

@@ -1,32 +1,15 @@
-"""DAG tasks: the Celery shell around ``reactq.shared.dag.machine``. Payloads carry ids only.
-
-| task                    | args                      | does                                           |
-|-------------------------|---------------------------|------------------------------------------------|
-| ``reactq.dag.start``    | dag_id                    | creates the state, then plans round 1          |
-| ``reactq.dag.plan``     | dag_id, round             | planner call (or the user's plan) → launch      |
-| ``reactq.dag.step_done``| dag_id, step_id, run_id   | a child run ended: record it, launch what is ready |
-| ``reactq.dag.advance``  | dag_id, tick (None=nudge) | timeouts, progress, lost notifications, cancel, follow-ups |
-| ``reactq.dag.analyze``  | dag_id, round             | analyzer call → re-plan or synthesize           |
-| ``reactq.dag.answer``   | dag_id                    | streamed synthesis (or the completed results), ``done`` |
-| ``reactq.dag.resume``   | dag_id                    | the watchdog's way back in after a worker died  |
-
-Every task holds the DAG's lease (``dag:{id}``) while it works, and saves with
-compare-and-set on the state's version, so two tasks never advance the same DAG at once and
-a redelivered task is a no-op or redoes only what was not saved. A task that finds the lease
-busy comes back a moment later instead of being dropped. The lease's resend spec is
-``reactq.dag.resume``: if a worker dies mid-task, another worker resumes whatever the DAG's
-phase needs. Effects (child runs, next tasks) happen only after the save that decided them.
+"""What each DAG task does, on a worker's ``DagContext``: load the DAG, ask the machine
+(``reactq.shared.dag.machine``) for the transition, save it with compare-and-set on the
+state's version, then carry out its effects (child runs, the next task). The tasks that call
+these, and the lease around them, are in ``workers/dags/tasks.py``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from functools import cached_property
 from typing import Any
-
-import redis
 
 from reactq.shared.dag import machine as M
 from reactq.shared.dag import prompts as P
@@ -43,18 +26,15 @@ from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
-from reactq.workers import faults
+from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers.app import app
-from reactq.workers.drive import RUNS
 from reactq.workers.runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
 
-RESUME = "reactq.dag.resume"
-
 
 def send(task: str, args: list[Any], countdown: float | None = None) -> None:
-    app.send_task(task, args=args, queue=RUNS, countdown=countdown, argsrepr=repr(args),
+    app.send_task(task, args=args, queue=RUNS_QUEUE, countdown=countdown, argsrepr=repr(args),
                   kwargsrepr="{}")
 
 
@@ -96,7 +76,7 @@ class DagContext:
             if self.store.cancel_requested(dag_id):
                 # A cancel that looked for this run before it existed found nothing to stop.
                 runs.request_cancel(effect.run_id)
-            send("reactq.iterate", [effect.run_id, 0])
+            send(ITERATE, [effect.run_id, 0])
         elif isinstance(effect, M.CancelRun):
             try:
                 rec = runs.load(effect.run_id)
@@ -104,7 +84,7 @@ class DagContext:
                 return
             if rec.status not in TERMINAL_STATUSES:
                 runs.request_cancel(effect.run_id)
-                send("reactq.iterate", [effect.run_id, rec.step_no])
+                send(ITERATE, [effect.run_id, rec.step_no])
         else:
             send(effect.task, effect.args, effect.countdown)
 
@@ -125,130 +105,7 @@ def context() -> DagContext:
     return _ctx
 
 
-def _locked(task: str, dag_id: str, args: list[Any], fn: Callable[[DagContext], None]) -> None:
-    """Run ``fn`` holding the DAG's lease; busy ⇒ come back shortly (never drop a signal).
-
-    Taking over a lease whose holder died also takes over its duty: releasing the lease
-    erases the watchdog's record of the dead holder, so the resume the watchdog would have
-    sent is done here first (resuming is idempotent; ``fn`` is then usually a no-op). The
-    lease is only tried right after looking at that record, so no takeover goes unnoticed.
-    """
-    ctx = context()
-    leases = ctx.rt.leases
-    member = f"dag:{dag_id}"
-    # Two TTLs: a dead holder's key lingers for up to one.
-    deadline = time.monotonic() + 2 * leases.ttl_ms / 1000
-    faults.point("before_lease", task)
-    while True:
-        orphaned = _orphaned(ctx, member)
-        with leases.hold(member, RESUME, [dag_id], RUNS, wait=0) as held:
-            if held:
-                try:
-                    if orphaned and task != RESUME:
-                        log.warning("dag %s: taking over from a worker that stopped", dag_id)
-                        drive_resume(ctx, dag_id)
-                    fn(ctx)
-                except redis.RedisError:
-                    # Nothing can be saved now: try again in a moment (if the broker is
-                    # reachable; else the watchdog's record of this lease brings it back).
-                    log.exception("dag %s: %s hit a Redis error", dag_id, task)
-                    _send_quietly(task, args, leases.ttl_ms / 1000)
-                    raise
-                except Exception as exc:  # noqa: BLE001 — every DAG must end in a terminal state
-                    log.exception("dag %s: %s failed", dag_id, task)
-                    _fail(ctx, dag_id, exc)
-                return
-        if time.monotonic() >= deadline:
-            break
-        time.sleep(0.02)
-    status = ctx.store.r.hget(ctx.store.keys.dag(dag_id), "status")
-    if status is not None and status.decode() not in ("succeeded", "failed", "cancelled"):
-        send(task, args, countdown=leases.ttl_ms / 1000)
-
-
-def _send_quietly(task: str, args: list[Any], countdown: float) -> None:
-    try:
-        send(task, args, countdown=countdown)
-    except Exception:  # noqa: BLE001 — best effort while the broker may be down too
-        log.warning("could not re-send %s%s", task, args)
-
-
-def _fail(ctx: DagContext, dag_id: str, exc: Exception) -> None:
-    """A bug or an unexpected error: end the DAG ``failed`` rather than leave it hanging."""
-    live = _live(ctx, dag_id)
-    if live is not None:
-        rec, state = live
-        ctx.save(state, rec.version, M.fail(state, f"Pipeline error: {type(exc).__name__}: {exc}",
-                                            ctx.env()))
-
-
-def give_up(ctx: DagContext, dag_id: str, crashes: int) -> None:
-    """The DAG's driving task stopped ``REACTQ_MAX_TASK_CRASHES`` times: end it ``failed``."""
-    with ctx.rt.leases.hold(f"dag:{dag_id}", RESUME, [dag_id], RUNS, wait=0) as held:
-        live = _live(ctx, dag_id) if held else None
-        if live is not None:
-            rec, state = live
-            state.seq = max(state.seq, rec.pub_seq)  # after what the crashed task published
-            text = (f"The DAG's next task was not run again: the worker running it stopped "
-                    f"{crashes} times (REACTQ_MAX_TASK_CRASHES={ctx.rt.settings.max_task_crashes}).")
-            ctx.save(state, rec.version, M.fail(state, text, ctx.env(), kind="task_crashed"))
-
-
-def _orphaned(ctx: DagContext, member: str) -> bool:
-    """The lease's last holder died: its resend spec is still recorded although its key is
-    gone (a normal release removes both at once, in one script)."""
-    leases = ctx.rt.leases
-    # Both keys are in the member's lease shard (one slot), so a cluster pipeline is fine.
-    pipe = leases.r.pipeline(transaction=False)
-    pipe.hexists(leases.keys.lease_tasks_for(member), member)
-    pipe.exists(leases.keys.lease(member))
-    spec, alive = pipe.execute()
-    return bool(spec) and not alive
-
-
-# -- tasks ----------------------------------------------------------------------------------
-
-@app.task(name="reactq.dag.start", ignore_result=True)
-def start(dag_id: str) -> None:
-    _locked("reactq.dag.start", dag_id, [dag_id], lambda ctx: drive_start(ctx, dag_id))
-
-
-@app.task(name="reactq.dag.plan", ignore_result=True)
-def plan(dag_id: str, round_no: int) -> None:
-    _locked("reactq.dag.plan", dag_id, [dag_id, round_no], lambda ctx: drive_plan(ctx, dag_id, round_no))
-
-
-@app.task(name="reactq.dag.step_done", ignore_result=True)
-def step_done(dag_id: str, step_id: str, run_id: str) -> None:
-    _locked("reactq.dag.step_done", dag_id, [dag_id, step_id, run_id],
-            lambda ctx: drive_reconcile(ctx, dag_id))
-
-
-@app.task(name="reactq.dag.advance", ignore_result=True)
-def advance(dag_id: str, tick: int | None = None) -> None:
-    _locked("reactq.dag.advance", dag_id, [dag_id, tick],
-            lambda ctx: drive_reconcile(ctx, dag_id, tick=tick))
-
-
-@app.task(name="reactq.dag.analyze", ignore_result=True)
-def analyze_task(dag_id: str, round_no: int) -> None:
-    _locked("reactq.dag.analyze", dag_id, [dag_id, round_no],
-            lambda ctx: drive_analyze(ctx, dag_id, round_no))
-
-
-@app.task(name="reactq.dag.answer", ignore_result=True)
-def answer(dag_id: str) -> None:
-    _locked("reactq.dag.answer", dag_id, [dag_id], lambda ctx: drive_answer(ctx, dag_id))
-
-
-@app.task(name=RESUME, ignore_result=True)
-def resume(dag_id: str) -> None:
-    _locked(RESUME, dag_id, [dag_id], lambda ctx: drive_resume(ctx, dag_id))
-
-
-# -- what each task does ----------------------------------------------------------------------
-
-def _live(ctx: DagContext, dag_id: str) -> tuple[DagRecord, DagState] | None:
+def load_live(ctx: DagContext, dag_id: str) -> tuple[DagRecord, DagState] | None:
     """The record and state if the DAG is still going, else None."""
     try:
         rec = ctx.store.load(dag_id)
@@ -274,7 +131,7 @@ def drive_start(ctx: DagContext, dag_id: str) -> None:
 
 
 def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
-    live = _live(ctx, dag_id)
+    live = load_live(ctx, dag_id)
     if live is None or live[1].phase != "planning" or live[1].round != round_no:
         return
     rec, state = live
@@ -327,7 +184,7 @@ def drive_reconcile(ctx: DagContext, dag_id: str, *, tick: int | None = None,
                     repair: bool = False) -> None:
     """Bring an executing DAG up to date with its child runs (and the user), then save."""
     for _ in range(5):
-        live = _live(ctx, dag_id)
+        live = load_live(ctx, dag_id)
         if live is None:
             return
         rec, state = live
@@ -362,13 +219,13 @@ def _observe(ctx: DagContext, state: DagState, env: M.Env, *, repair: bool) -> M
         elif repair and run["status"] == "queued" and run["events"] == 0 \
                 and not ctx.rt.leases.alive(f"run:{step.run_id}"):
             # Created, but its first task may never have been sent: a duplicate is harmless.
-            t.effects.append(M.Send("reactq.iterate", [step.run_id, 0]))
+            t.effects.append(M.Send(ITERATE, [step.run_id, 0]))
     t += M.schedule(state, env)
     return t
 
 
 def drive_analyze(ctx: DagContext, dag_id: str, round_no: int) -> None:
-    live = _live(ctx, dag_id)
+    live = load_live(ctx, dag_id)
     if live is None or live[1].phase != "analyzing" or live[1].round != round_no:
         return
     rec, state = live
@@ -383,7 +240,7 @@ def drive_analyze(ctx: DagContext, dag_id: str, round_no: int) -> None:
 
 
 def drive_answer(ctx: DagContext, dag_id: str) -> None:
-    live = _live(ctx, dag_id)
+    live = load_live(ctx, dag_id)
     if live is None or live[1].phase != "synthesizing":
         return
     rec, state = live
@@ -463,5 +320,3 @@ def drive_resume(ctx: DagContext, dag_id: str) -> None:
     elif state.phase == "synthesizing":
         drive_answer(ctx, dag_id)
 
-
-__all__ = ["advance", "analyze_task", "answer", "plan", "resume", "start", "step_done"]

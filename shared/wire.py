@@ -1,37 +1,59 @@
-"""Celery configuration and the task/queue names: what a dispatcher needs to enqueue work
-without importing task or tool code (it sends by name)."""
+"""The wire between the two sides: task names, queue names, message priorities and the Celery
+configuration, in the one module both the dispatcher and the workers import.
+
+The dispatcher enqueues by task name (``send_task``) with these names and this
+configuration, so a gateway host never imports worker, tool or hook code
+(``tests/unit/test_layering.py``); the workers register their tasks under the same names
+(``workers/tasks.py``, ``workers/dags/tasks.py``).
+
+What each task does is in ``workers/tasks.py`` (a run's) and ``workers/dags/tasks.py`` (a DAG's).
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kombu import Queue
+from kombu.entity import Queue
 
+from reactq.shared import transport
 from reactq.shared.redisconn import broker_ssl, broker_url
 from reactq.shared.settings import Settings
-from reactq.workers import transport
-
-transport.install()  # one redis client per broker channel, not one per publish (see transport.py)
 
 RUNS_QUEUE = "reactq.runs"
 TOOLS_QUEUE = "reactq.tools"
+
+# -- a run's tasks ---------------------------------------------------------------------------
 ITERATE = "reactq.iterate"
 TOOL = "reactq.tool"
 ANSWER = "reactq.answer"
+
+# -- a DAG's tasks ---------------------------------------------------------------------------
+DAG_START = "reactq.dag.start"
+DAG_PLAN = "reactq.dag.plan"
+#: Sent when a run that is a DAG step ends (its request metadata carries ``_dag``).
+DAG_STEP_DONE = "reactq.dag.step_done"
+DAG_ADVANCE = "reactq.dag.advance"
+DAG_ANALYZE = "reactq.dag.analyze"
+DAG_ANSWER = "reactq.dag.answer"
+#: The watchdog's way back into a DAG whose worker died (the DAG lease's resend spec).
+DAG_RESUME = "reactq.dag.resume"
+
 #: Celery message priority per RunRequest.priority. kombu's Redis transport keeps one list per
 #: priority step (0, 3, 6, 9 by default) and pops 0 first: interactive steps go first.
 MESSAGE_PRIORITY = {"interactive": 0, "batch": 9}
 #: RabbitMQ is the other way round: a priority queue delivers the highest number first.
 AMQP_MESSAGE_PRIORITY = {"interactive": 9, "batch": 0}
+#: RabbitMQ priorities 0…9 (``x-max-priority``): a queue declared without it ignores priorities.
+AMQP_MAX_PRIORITY = 9
+
+
+def _amqp(url: str) -> bool:
+    return url.startswith(("amqp://", "amqps://", "pyamqp://"))
 
 
 def message_priorities(url: str) -> dict[str, int]:
     """The Celery priority of each RunRequest.priority on this broker."""
-    return AMQP_MESSAGE_PRIORITY if url.startswith(("amqp://", "amqps://", "pyamqp://")) else MESSAGE_PRIORITY
-
-
-#: RabbitMQ priorities 0…9 (``x-max-priority``): a queue declared without it ignores priorities.
-AMQP_MAX_PRIORITY = 9
+    return AMQP_MESSAGE_PRIORITY if _amqp(url) else MESSAGE_PRIORITY
 
 
 def queues(url: str) -> tuple[Queue, ...]:
@@ -40,14 +62,16 @@ def queues(url: str) -> tuple[Queue, ...]:
     transport emulates priorities with one list per step and needs no argument. RabbitMQ
     refuses to redeclare an existing queue with other arguments: a deployment whose queues
     were declared without it deletes them once (``rabbitmqctl delete_queue``) when upgrading."""
-    if url.startswith(("amqp://", "amqps://", "pyamqp://")):
+    if _amqp(url):
         args = {"x-max-priority": AMQP_MAX_PRIORITY}
         return (Queue(RUNS_QUEUE, queue_arguments=args), Queue(TOOLS_QUEUE, queue_arguments=args))
     return (Queue(RUNS_QUEUE), Queue(TOOLS_QUEUE))
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Safe defaults (see ``workers/app.py`` for why each is set)."""
+    """Safe defaults (see ``workers/app.py`` for why each is set). A Celery app configured
+    with it publishes and consumes through :mod:`reactq.shared.transport` on Redis URLs."""
+    transport.install()  # one redis client per broker channel, not one per publish
     url = broker_url(settings)
     return dict(
         broker_url=url,

@@ -24,18 +24,20 @@ from typing import Any, NoReturn, Optional
 
 import typer
 from pydantic import ValidationError
-from reactq.shared.errors import ConfigError, LocalServiceError, RequestError, UsageError
-from reactq.shared.requests import DagRequest
-from reactq.shared.settings import Settings
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from reactq.dispatcher.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, ensure_local_workers
+from reactq.dispatcher.cli.render import json_line, one_line
+from reactq.shared.errors import ConfigError, RequestError, UsageError
+from reactq.shared.requests import DagRequest
+from reactq.shared.settings import Settings
+
 __all__ = ["UsageError", "dag", "load_request", "steps_table"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _STATUS_STYLE = {"pending": "dim", "running": "yellow", "completed": "green", "failed": "red",
                  "skipped": "magenta"}
 
@@ -75,11 +77,6 @@ def load_request(plan: Path | None, goal: str | None, *, model: str | None = Non
         raise UsageError(f"invalid plan: {problems}") from exc
 
 
-def _one_line(text: Any, limit: int) -> str:
-    flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= limit else flat[: max(1, limit - 1)] + "…"
-
-
 def steps_table(status: dict[str, Any], *, now: float | None = None) -> Table:
     """The live view: one row per step of the current round."""
     now = time.time() if now is None else now
@@ -99,7 +96,7 @@ def steps_table(status: dict[str, Any], *, now: float | None = None) -> Table:
         detail = s.get("result") if state in ("completed", "failed", "skipped") else s.get("task")
         table.add_row(escape(str(s["id"])), Text(state, style=_STATUS_STYLE.get(state, "")),
                       escape(s.get("model") or ""), escape((s.get("run_id") or "")[:12]), took,
-                      escape(_one_line(detail, 100)))
+                      escape(one_line(str(detail or ""), 100)))
     return table
 
 
@@ -126,8 +123,7 @@ def _follow_live(handle: Any, out: Console) -> dict[str, Any]:
 def _follow_json(handle: Any) -> dict[str, Any]:
     done: dict[str, Any] = {}
     for stream_id, event in handle.events():
-        print(json.dumps({"id": stream_id, "event": event.channel, "data": event.data},
-                         ensure_ascii=False), flush=True)
+        print(json_line(stream_id, event), flush=True)
         if event.channel == "done":
             done = event.data
     return done
@@ -161,7 +157,7 @@ def dag(
         fail(str(exc))
     except ValidationError as exc:
         fail(f"bad configuration: {exc}")
-    _ensure_workers(settings, dags)
+    ensure_local_workers(settings, dags.runs)  # the embedded default has no workers yet
     handle = dags.submit(request)
     err.print(f"[dim]dag {handle.dag_id} · status: GET /v1/dags/{handle.dag_id}[/]")
     try:
@@ -174,17 +170,6 @@ def dag(
         out.print(done.get("answer") or "", markup=False, highlight=False)
         err.print(f"[dim]{escape(_footer(done))}[/]")
     raise typer.Exit(EXIT_OK if done.get("status") == "succeeded" else EXIT_FAILED)
-
-
-def _ensure_workers(settings: Settings, dags: Any) -> None:
-    """The embedded default has no workers yet: start one, as ``reactq run`` does."""
-    from reactq.dispatcher.local import ensure_local_workers
-
-    try:
-        ensure_local_workers(settings, dags.runs.celery, Console(stderr=True))
-    except LocalServiceError as exc:
-        Console(stderr=True).print(f"[red]error:[/] {escape(str(exc))}")
-        raise typer.Exit(1) from exc
 
 
 def _interrupted(handle: Any, err: Console) -> None:

@@ -1,0 +1,150 @@
+"""``BatchDriver``: submits a batch's lines with at most N runs in flight and reports each
+run's result as it ends.
+
+Every run is submitted with an idempotency key derived from where the batch comes from (the
+input file's absolute path, or the HTTP batch id), the line's id and the request itself (an
+edited line is a new run), so a restarted batch re-attaches a line whose run was submitted
+but whose result was never written to that run (same key → same run id): no run is paid for
+twice. A line's own ``idempotency_key``, when it has one, wins.
+
+The driver polls the runs it has in flight (one pipelined ``HMGET`` per tick) rather than
+reading their event streams: a batch needs only each run's final result, and a poll every
+100 ms costs one round trip however many runs are in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from reactq.dispatcher.batch.flow import BatchFlow
+from reactq.dispatcher.batch.items import BatchItem, Tally, format_validation, idem_key, invalid_result, run_result
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.errors import RequestError
+from reactq.shared.requests import RunRequest
+from reactq.shared.wire import ITERATE
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.1
+
+
+@dataclass
+class BatchDriver:
+    """Submits items with at most ``concurrency`` in flight and reports each result.
+
+    ``stop`` (set by Ctrl-C handling or gateway shutdown) stops submitting; runs already in
+    flight are left running, to be re-attached by the next attempt.
+    """
+
+    dispatcher: Any
+    source: str
+    concurrency: int
+    on_result: Callable[[dict[str, Any]], None]
+    on_tick: Callable[[Tally], None] | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    tally: Tally = field(default_factory=Tally)
+    poll: float = POLL_SECONDS
+    batch_id: str | None = None  # an HTTP batch: its runs are indexed under it
+    token_budget: int | None = None
+    """The batch's cap on its runs' spend; reached ⇒ lines not started end ``skipped``."""
+    cancelled: Callable[[], bool] | None = None
+    """Polled each tick: True ⇒ cancel the runs in flight and skip the lines not started."""
+    flow: BatchFlow = field(default_factory=lambda: BatchFlow())
+
+    def run(self, items: Iterable[BatchItem]) -> Tally:
+        queue = deque(items)
+        inflight: dict[str, BatchItem] = {}
+        self.flow.spent_done = self.tally.tokens
+        while (queue or inflight) and not self.stop.is_set():
+            self.flow.check(self, queue, inflight)
+            self._fill(queue, inflight)
+            self.tally.running = len(inflight)
+            finished = self._poll(inflight)
+            for run_id, result, status in finished:
+                self._report(run_result(inflight.pop(run_id), run_id, result, status))
+            self.tally.running = len(inflight)
+            if self.on_tick is not None:
+                self.on_tick(self.tally)
+            if not finished and (inflight or queue):
+                self.stop.wait(self.poll)
+        return self.tally
+
+    def _report(self, res: dict[str, Any]) -> None:
+        self.tally.add(res)
+        self.on_result(res)
+
+    def _fill(self, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
+        while queue and len(inflight) < self.concurrency and not self.stop.is_set():
+            item = queue.popleft()
+            if item.request is None:
+                self._report(invalid_result(item))
+                continue
+            req = item.request
+            if req.idempotency_key is None:
+                req = req.model_copy(update={"idempotency_key": idem_key(self.source, item.id, req)})
+            try:
+                handle = (self.dispatcher.submit(req, batch_id=self.batch_id) if self.batch_id
+                          else self.dispatcher.submit(req))
+            except ValidationError as exc:
+                item.error = f"line {item.line}: {format_validation(exc)}"
+                self._report(invalid_result(item))
+                continue
+            except RequestError as exc:
+                item.error = f"line {item.line}: {exc}"
+                self._report(invalid_result(item))
+                continue
+            if handle.run_id in inflight:  # two lines with one explicit idempotency_key
+                other = inflight[handle.run_id].line
+                item.error = f"line {item.line}: idempotency_key: the same run as line {other}"
+                self._report(invalid_result(item))
+                continue
+            if not handle.created:
+                self._repair(handle.run_id, req)
+            inflight[handle.run_id] = item
+
+    def _repair(self, run_id: str, req: RunRequest) -> None:
+        """Re-attaching to a run an earlier attempt submitted: make sure it will finish.
+
+        That attempt may have been killed half-way through ``submit``: after taking the
+        idempotency key but before storing the run (no run hash: store it now), or after
+        storing it but before enqueueing its first step (still ``queued``: enqueue it
+        again). Enqueueing twice is harmless: a step already taken is a no-op for the
+        workers and a step in progress holds a lease.
+        """
+        d = self.dispatcher
+        raw = d.redis.hget(d.keys.run(run_id), "status")
+        if raw is None:
+            log.warning("run %s was never stored (an earlier attempt died in submit); storing it", run_id)
+            d.store.create(run_id, req.model_dump(mode="json"), batch_id=self.batch_id)
+        elif raw != b"queued":
+            return
+        d.send(ITERATE, [run_id, 0])
+
+    def _poll(self, inflight: dict[str, BatchItem]) -> list[tuple[str, dict[str, Any] | None, str]]:
+        """Runs that ended since the last tick: ``(run_id, result, status)``."""
+        if not inflight:
+            return []
+        d = self.dispatcher
+        pipe = d.redis.pipeline(transaction=False)
+        ids = list(inflight)
+        for rid in ids:
+            pipe.hmget(d.keys.run(rid), "status", "result")
+        out = []
+        for rid, (status, result) in zip(ids, pipe.execute(), strict=True):
+            if status is None:  # expired (or deleted) before we saw it end
+                out.append((rid, None, "failed"))
+                continue
+            st = status.decode()
+            if st in TERMINAL_STATUSES and result is not None:
+                out.append((rid, json.loads(result), st))
+        if self.token_budget is not None:
+            self.flow.read_spend(d, ids, {rid for rid, _, _ in out})
+        return out

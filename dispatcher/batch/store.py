@@ -1,0 +1,168 @@
+"""HTTP batches (``POST /v1/batches``): kept in Redis and driven by a thread of the gateway
+that holds the batch's lease, so a batch whose gateway died is picked up by the next one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from reactq.dispatcher.batch.driver import BatchDriver
+from reactq.dispatcher.batch.items import BatchItem, Tally
+from reactq.shared.errors import ConfigError
+from reactq.shared.keys import Keys
+
+log = logging.getLogger(__name__)
+
+
+class BatchStore:
+    """HTTP batches in Redis, all under ``reactq:batch:{id}`` (a hash):
+    ``status`` (running/done), ``total``, ``concurrency``, ``created_at``, ``updated_at``,
+    ``running``, ``items`` (JSON), one ``result:{line}`` field per finished line.
+    ``reactq:batch:{id}:driver`` is the driving gateway's lease (SET NX PX), so a batch whose
+    gateway died is picked up by the next gateway that starts."""
+
+    LEASE_MS = 15_000
+
+    def __init__(self, r: redis.Redis, keys: Keys, ttl_seconds: int) -> None:
+        self.r = r
+        self.keys = keys
+        self.ttl = ttl_seconds
+
+    def create(self, items: list[BatchItem], concurrency: int, token_budget: int | None = None) -> str:
+        batch_id = uuid.uuid4().hex
+        now = f"{time.time():.6f}"
+        self.r.hset(self.keys.batch(batch_id), mapping={
+            "status": "running", "total": len(items), "concurrency": concurrency, "running": 0,
+            "created_at": now, "updated_at": now,
+            "items": json.dumps([it.to_dict() for it in items], ensure_ascii=False),
+            **({"token_budget": token_budget} if token_budget is not None else {}),
+        })
+        return batch_id
+
+    def token_budget(self, batch_id: str) -> int | None:
+        raw = self.r.hget(self.keys.batch(batch_id), "token_budget")
+        return int(raw) if raw else None
+
+    def request_cancel(self, batch_id: str) -> bool:
+        """Mark the batch cancelled (its driver cancels the runs, skips the rest); False if unknown."""
+        if not self.exists(batch_id):
+            return False
+        self.r.hset(self.keys.batch(batch_id), "cancel", "1")
+        return True
+
+    def cancel_requested(self, batch_id: str) -> bool:
+        return self.r.hget(self.keys.batch(batch_id), "cancel") == b"1"
+
+    def exists(self, batch_id: str) -> bool:
+        return bool(self.r.exists(self.keys.batch(batch_id)))
+
+    def items(self, batch_id: str) -> tuple[list[BatchItem], int, set[int]]:
+        """(items, concurrency, lines that already have a result)."""
+        raw = self.r.hgetall(self.keys.batch(batch_id))
+        f = {k.decode(): v for k, v in raw.items()}
+        items = [BatchItem.from_dict(x) for x in json.loads(f["items"])]
+        done = {int(k.split(":", 1)[1]) for k in f if k.startswith("result:")}
+        return items, int(f.get("concurrency", b"8")), done
+
+    def add_result(self, batch_id: str, res: dict[str, Any]) -> None:
+        self.r.hset(self.keys.batch(batch_id), mapping={
+            f"result:{res['line']}": json.dumps(res, ensure_ascii=False),
+            "updated_at": f"{time.time():.6f}"})
+
+    def set_running(self, batch_id: str, running: int) -> None:
+        self.r.hset(self.keys.batch(batch_id), "running", running)
+
+    def finish(self, batch_id: str, stopped: str | None = None) -> None:
+        key = self.keys.batch(batch_id)
+        status = "cancelled" if stopped == "cancelled" else "done"
+        extra = {"stopped": stopped} if stopped else {}
+        self.r.hset(key, mapping={"status": status, "running": 0, "updated_at": f"{time.time():.6f}", **extra})
+        self.r.expire(key, self.ttl)
+        self.r.delete(self._lease(batch_id))
+
+    def view(self, batch_id: str, *, with_results: bool) -> dict[str, Any] | None:
+        raw = self.r.hgetall(self.keys.batch(batch_id))
+        if not raw:
+            return None
+        f = {k.decode(): v.decode() for k, v in raw.items()}
+        results = sorted((json.loads(v) for k, v in f.items() if k.startswith("result:")),
+                         key=lambda x: int(x["line"]))
+        t = Tally(total=int(f["total"]))
+        for res in results:
+            t.add(res)
+        running = int(f.get("running", 0))
+        view: dict[str, Any] = {
+            "batch_id": batch_id, "status": f["status"], "total": t.total, "done": t.done,
+            "succeeded": t.succeeded, "failed": t.failed, "invalid": t.invalid,
+            "running": running, "queued": max(0, t.total - t.done - running), "tokens": t.tokens,
+            "created_at": float(f["created_at"]), "updated_at": float(f["updated_at"]),
+        }
+        if "token_budget" in f or "stopped" in f or t.skipped:
+            view.update(skipped=t.skipped, token_budget=int(f["token_budget"]) if "token_budget" in f else None,
+                        stopped=f.get("stopped"))
+        if with_results:
+            view["results"] = results
+        return view
+
+    # -- the driving gateway's lease -------------------------------------------------------
+    def _lease(self, batch_id: str) -> str:
+        return self.keys.batch_driver(batch_id)
+
+    def claim(self, batch_id: str, holder: str) -> bool:
+        return bool(self.r.set(self._lease(batch_id), holder, nx=True, px=self.LEASE_MS))
+
+    def renew(self, batch_id: str, holder: str) -> None:
+        self.r.set(self._lease(batch_id), holder, px=self.LEASE_MS)
+
+    def release(self, batch_id: str) -> None:
+        self.r.delete(self._lease(batch_id))
+
+    def unfinished(self) -> list[str]:
+        """Ids of batches still ``running`` (candidates for resuming at gateway start)."""
+        out = []
+        # SCAN patterns take braces literally; on a cluster redis-py scans every primary.
+        for key in self.r.scan_iter(match=self.keys.batch("*"), count=1000, _type="HASH"):
+            name = self.keys.batch_id_of(key.decode())
+            if name is not None and self.r.hget(key, "status") == b"running":
+                out.append(name)
+        return out
+
+
+def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder: str,
+                       stop: threading.Event) -> None:
+    """Drive one HTTP batch to its end (in a thread of the gateway)."""
+    items, concurrency, done = store.items(batch_id)
+    todo = [it for it in items if it.line not in done]
+    last_renew = time.monotonic()
+
+    def tick(t: Tally) -> None:
+        nonlocal last_renew
+        store.set_running(batch_id, t.running)
+        if time.monotonic() - last_renew > BatchStore.LEASE_MS / 3000:
+            store.renew(batch_id, holder)
+            last_renew = time.monotonic()
+
+    driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency,
+                         on_result=lambda res: store.add_result(batch_id, res), on_tick=tick, stop=stop,
+                         batch_id=batch_id, token_budget=store.token_budget(batch_id),
+                         cancelled=lambda: store.cancel_requested(batch_id))
+    try:
+        driver.run(todo)
+    except (redis.RedisError, ConfigError):
+        log.exception("batch %s stopped; the next gateway start resumes it", batch_id)
+        return
+    if stop.is_set():
+        store.release(batch_id)  # let another gateway resume it now, not in LEASE_MS
+    else:
+        store.finish(batch_id, driver.tally.stopped)
+
+
+def holder_name() -> str:
+    return f"{os.uname().nodename}:{os.getpid()}"

@@ -1,0 +1,95 @@
+"""What every command group of the CLI shares: the consoles, the exit codes, ``fail``, and
+the settings / dispatcher / run handle a command starts from (exit 2 naming the problem).
+
+Heavy modules (Celery, the local model, the engine) are imported inside the functions that
+need them, so ``reactq --help`` and ``reactq status`` start fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NoReturn
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+
+from reactq.shared.errors import ConfigError, LocalServiceError, RunNotFound
+from reactq.shared.settings import Settings
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.client import Dispatcher, RunHandle
+    from reactq.shared.events import Event
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    err.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """Each bad field with pydantic's message, which states the limit."""
+    from reactq.dispatcher.batch.items import format_validation
+
+    return format_validation(exc)
+
+
+def settings() -> Settings:
+    try:
+        return Settings()
+    except ValidationError as exc:
+        fail(f"bad configuration: {validation_message(exc)}")
+
+
+def with_model(s: Settings) -> Settings:
+    """A configured model, else the bundled local one (started once, shared), else exit 2
+    saying what to set or install (``reactq.dispatcher.localmodel``)."""
+    from reactq.dispatcher.localmodel import resolve_model
+
+    try:
+        return resolve_model(s)
+    except ConfigError as exc:
+        fail(str(exc))
+    except RuntimeError as exc:  # the local server would not start
+        fail(f"the local model did not start: {exc}", EXIT_FAILED)
+
+
+def dispatcher(s: Settings | None = None) -> Dispatcher:
+    from reactq.dispatcher.client import Dispatcher
+
+    return Dispatcher(s or settings())
+
+
+def handle_for(run_id: str) -> RunHandle:
+    from reactq.dispatcher.cli.checks import id_problem
+
+    if why := id_problem(run_id, "RUN_ID"):
+        fail(why)
+    try:
+        return dispatcher().handle(run_id)
+    except RunNotFound as exc:
+        fail(str(exc))
+
+
+def exit_code_for(status: str | None) -> int:
+    return EXIT_OK if status == "succeeded" else EXIT_FAILED
+
+
+def print_json_event(stream_id: str | None, event: Event) -> None:
+    from reactq.dispatcher.cli.render import json_line
+
+    print(json_line(stream_id, event), flush=True)
+
+
+def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
+    """No worker answers ⇒ start one here (the embedded default: works on a fresh machine)."""
+    from reactq.dispatcher.local import ensure_local_workers as ensure
+
+    try:
+        ensure(s, d.celery, err)
+    except LocalServiceError as exc:
+        fail(str(exc), EXIT_FAILED)

@@ -1,0 +1,153 @@
+"""``reactq serve | worker | down`` (the processes) and ``reactq models | tools`` (the
+catalogs: the model registry with each model's limits and use, the tools runs can use)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, out, settings, with_model
+from reactq.shared.errors import ConfigError
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on"),
+    port: int = typer.Option(8000, "--port", help="port"),
+    log_level: str = typer.Option("info", "--log-level"),
+    start_workers: bool = typer.Option(False, "--start-workers",
+                                       help="start a local worker when none is running"),
+) -> None:
+    """The HTTP + SSE gateway (uvicorn)."""
+    import uvicorn
+
+    s = with_model(settings())
+    if start_workers:
+        ensure_local_workers(s, dispatcher(s))
+    if not s.redis_url:
+        # Resolve the embedded server once, here, so the app and its threads share it.
+        from reactq.shared.redisconn import redis_url
+
+        os.environ["REACTQ_REDIS_URL"] = redis_url(s)
+    from reactq.dispatcher.viewer import viewer_url
+
+    typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
+    uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
+
+
+def worker(
+    ctx: typer.Context,
+    queues: str = typer.Option("reactq.runs,reactq.tools", "--queues", "-Q", help="queues to consume"),
+    pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
+) -> None:
+    """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
+    # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
+    from reactq.dispatcher.local import worker_command
+    from reactq.shared.redisconn import redis_url
+
+    s = with_model(settings())
+    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
+    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
+    # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
+    os.execve(cmd[0], cmd, env)
+
+
+def down() -> None:
+    """Stop the local workers 'reactq run' started and the embedded Valkey server."""
+    from reactq.dispatcher.local import stop_workers
+    from reactq.dispatcher.localmodel import stop_shared_server
+
+    s = settings()
+    n = stop_workers(s)
+    embedded = "" if s.redis_url else " and the embedded server"
+    model = " and the local model server" if stop_shared_server(s) else ""
+    out.print(f"stopped {n} local worker(s){embedded}{model}")
+
+
+def models(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The model registry (no secrets)."""
+    from reactq.shared.llm.registry import load_registry
+
+    try:
+        specs = load_registry(settings()).specs()
+    except ConfigError as exc:
+        fail(str(exc))
+    if as_json:
+        print(json.dumps([sp.model_dump(mode="json") for sp in specs], ensure_ascii=False))
+        return
+    use = use_of([sp.name for sp in specs])
+    table = Table("name", "model", "roles", "abilities", "base url", "limits (rpm / tpm / conc)", "use (60 s)")
+    for sp in specs:
+        table.add_row(sp.name, sp.model, ", ".join(sp.roles),
+                      ", ".join(k for k, v in sp.abilities.items() if v), sp.base_url or "",
+                      limits_cell(sp), use.get(sp.name, "-"))
+    out.print(table)
+
+
+def tools(as_json: bool = typer.Option(False, "--json")) -> None:
+    """The tools runs can use (built-ins + REACTQ_MCP servers + REACTQ_TOOLS)."""
+    from reactq.shared.tools.loader import default_registry
+
+    try:
+        reg = default_registry(settings())
+    except ConfigError as exc:
+        fail(str(exc))
+    rows = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
+             "parameters": t.parameters()} for t in reg]
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False))
+        return
+    table = Table("name", "description", "idempotent")
+    for row in rows:
+        table.add_row(row["name"], row["description"].splitlines()[0] if row["description"] else "",
+                      "yes" if row["idempotent"] else "no")
+    out.print(table)
+
+
+# -- a model's limits and use (flow control) ----------------------------------------------------
+
+def limits_cell(spec: object) -> str:
+    vals = [getattr(spec, k, None) for k in ("rpm", "tpm", "max_concurrency")]
+    return " / ".join(f"{v:,}" if v else "-" for v in vals) if any(vals) else "none"
+
+
+def use_of(names: list[str]) -> dict[str, str]:
+    """``rpm used / tpm used / in flight`` per model from Redis; empty when it is unreachable."""
+    import redis as redis_lib
+
+    from reactq.shared.flow.limiter import FlowLimiter
+
+    s = settings()
+    if not s.redis_url and not _embedded_running(s.data_dir):
+        return {}  # showing the registry must not start the embedded server
+    try:
+        d = dispatcher(s)
+        limiter = FlowLimiter(d.redis, d.keys)
+        cells = {}
+        for name in names:
+            u = limiter.usage(name)
+            waiting = sum(u["waiting"].values())
+            cell = f"{u['rpm_used']} req, {u['tpm_used']:,} tok, {u['in_flight']} in flight"
+            if waiting:
+                cell += f", {waiting} waiting"
+            if u["paused_for_s"]:
+                cell += f", paused {u['paused_for_s']:.1f}s"
+            cells[name] = cell
+        return cells
+    except (redis_lib.RedisError, OSError):
+        return {}
+
+
+def _embedded_running(data_dir: Path) -> bool:
+    from reactq.shared.redisconn import _ping
+
+    try:
+        return _ping(int(json.loads((data_dir / "valkey.json").read_text())["port"]))
+    except (OSError, ValueError, KeyError):
+        return False

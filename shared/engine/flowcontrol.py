@@ -1,0 +1,49 @@
+"""Flow control's transitions: waiting for model capacity, and the token budget's ending.
+
+The shell decides when (``workers/flow.py`` asks the limiter and reads the spend); these
+say what happens to the run.
+"""
+
+from __future__ import annotations
+
+from reactq.shared.engine import prompts as P
+from reactq.shared.engine.ending import answer_delta, answer_open_calls, finish, synthesis_started
+from reactq.shared.engine.loop import emit, to_answer
+from reactq.shared.engine.result import step_summary
+from reactq.shared.engine.state import RunState
+from reactq.shared.engine.synthesis import fallback_chunks
+from reactq.shared.events import Event
+
+
+def rate_limited(state: RunState, model: str, wait_s: float, *, now: float) -> list[Event]:
+    """The step must wait for model capacity: one ``phase`` event per wait."""
+    if state.rate_limited_since is not None:
+        return []
+    state.rate_limited_since = now
+    return [emit(state, "phase", phase="rate_limited", model=model, wait_s=round(wait_s, 3))]
+
+
+def admitted(state: RunState) -> None:
+    """The wait (if any) is over."""
+    state.rate_limited_since = None
+
+
+def budget_reached(state: RunState, spent: int) -> bool:
+    return state.token_budget is not None and spent >= state.token_budget
+
+
+def stop_for_budget(state: RunState, spent: int, *, now: float) -> list[Event]:
+    """The run's token budget is used up: no further LLM call. The answer is the seed's
+    max-iterations summary text itself (S16), streamed as-is; the run ``succeeded`` like
+    the other fallbacks, with an ``error`` event ``kind: "budget"``."""
+    answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)
+    events = [emit(state, "error", kind="budget", spent=spent, token_budget=state.token_budget,
+                   message=f"Token budget reached: {spent} of {state.token_budget} tokens used; "
+                           "answering with what was gathered so far")]
+    if state.phase != "answer":
+        events += to_answer(state, text)
+    state.answer = text
+    events += synthesis_started(state)
+    events += [answer_delta(state, c) for c in fallback_chunks(text)]
+    return events + finish(state, text, now=now)

@@ -1,0 +1,92 @@
+"""The tool task's side: run one call of a turn exactly once (unless its ledger has it),
+count it in, and send the fan-in when it is the turn's last; and the crash limit's answer
+for a call whose worker died too often.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from reactq.shared import otel
+from reactq.shared.engine import prompts
+from reactq.shared.engine.state import ToolOutcome
+from reactq.shared.engine.toolexec import execute_call
+from reactq.shared.models import ToolCallRequest
+from reactq.workers import drive, metrics
+from reactq.shared.wire import ITERATE, TOOL
+from reactq.workers.drive import RUNS, TOOLS, Send
+from reactq.workers.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> None:
+    """Run one tool call of a turn (unless the ledger has it), then count it in."""
+    turn = rt.store.get_turn(run_id)
+    if not turn or turn["step_no"] != step_no:
+        return  # the turn is over: a late duplicate
+    calls = [ToolCallRequest.model_validate(c) for c in turn["calls"]]
+    call = next((c for c in calls if c.id == call_id), None)
+    if call is None:
+        return
+    record = rt.store.ledger_get(run_id, call_id)
+    if record is None or record["status"] != "done":
+        outcome = _execute_once(rt, run_id, step_no, call, turn, record)
+        if rt.store.ledger_done(run_id, call_id, outcome, step_no):
+            metrics.record_tool(rt, outcome)
+        else:  # another worker finished it while this one was cut off: its result stands
+            log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
+    if rt.store.fanin(run_id, step_no, call_id, len(calls)) >= len(calls):
+        send(ITERATE, [run_id, step_no], RUNS)
+
+
+def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
+                  turn: dict[str, Any], record: dict[str, Any] | None) -> ToolOutcome:
+    registry = rt.tools.filtered(turn["tool_names"])
+    if record is not None and call.name in registry and not registry.get(call.name).idempotent:
+        # An earlier delivery started this call and died: its effect is unknown, and a
+        # non-idempotent tool must not silently run twice.
+        return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.UNCERTAIN_OBSERVATION,
+                           uncertain=True, worker=rt.worker_name)
+    if record is None:
+        rt.store.ledger_claim(run_id, call.id, uuid.uuid4().hex, step_no)
+    with otel.tool_span(call.name, call.id, run_id) as span:
+        outcome = rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
+                                      metadata=turn.get("metadata") or {}, worker=rt.worker_name))
+        otel.tool_outcome(span, outcome.error, outcome.blocked, outcome.uncertain)
+    return outcome
+
+
+def turn_call(turn: dict[str, Any] | None, call_id: str) -> ToolCallRequest | None:
+    for c in (turn or {}).get("calls", []):
+        if c.get("id") == call_id:
+            return ToolCallRequest.model_validate(c)
+    return None
+
+
+def give_up_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, crashes: int,
+                 send: Send) -> None:
+    """Answer the call with an error observation (``tool_crashed``) and count it in."""
+    spec = [run_id, step_no, call.id, call.name]
+    with rt.leases.hold(f"tool:{run_id}:{call.id}", TOOL, spec, TOOLS, wait=0) as held:
+        if held:
+            end_crashed_tool(rt, run_id, step_no, call, crashes, send)
+
+
+def end_crashed_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, crashes: int,
+                     send: Send) -> None:
+    """``give_up_tool`` for a caller that holds the call's lease."""
+    turn = rt.store.get_turn(run_id)
+    if not turn or turn["step_no"] != step_no:
+        return
+    record = rt.store.ledger_get(run_id, call.id)
+    if record is None or record["status"] != "done":
+        text = drive.crash_text(f"Tool '{call.name}'", crashes, rt)
+        outcome = ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=text, crashed=True,
+                              worker=rt.worker_name)
+        rt.store.ledger_done(run_id, call.id, outcome, step_no)
+    n = len(turn["calls"])
+    if rt.store.fanin(run_id, step_no, call.id, n) >= n:
+        send(ITERATE, [run_id, step_no], RUNS)
