@@ -10,7 +10,8 @@
   busy it actually was.
 * **Gateway**: one ``uvicorn`` process; M runs submitted with ``POST /v1/runs`` and each
   followed by its own concurrent SSE client; gateway CPU per request and per event
-  delivered, and its Redis connections (one blocking ``XREAD`` per open stream).
+  delivered, and the Redis connections while the streams are open (the gateway's shared
+  stream readers: a few blocking ``XREAD`` for all its streams, not one per stream).
 
 Prints one JSON object.
 """

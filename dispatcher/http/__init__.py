@@ -6,7 +6,8 @@ first access, so importing this package has no side effects) or
 
 Rooms: ``app`` (create_app), ``gateway`` (what routes share + the one dependency),
 ``middleware`` (body limit, bearer token), ``errors`` (exception handlers, 4xx shapes),
-``sse`` (the one SSE generator), ``runs``, ``dags``, ``batches``, ``ops`` (routers).
+``sse`` (the one SSE generator), ``hub`` (the stream readers its watchers share), ``pacing``
+(admission a few requests per loop turn), ``runs``, ``dags``, ``batches``, ``ops`` (routers).
 
 Routes (DESIGN.md "HTTP gateway"): ``POST /v1/runs`` · ``GET /v1/runs/{id}`` ·
 ``GET /v1/runs/{id}/events`` (SSE, ``Last-Event-ID``) · ``POST /v1/runs/{id}/interrupts`` ·

@@ -90,6 +90,8 @@ def install(app: FastAPI) -> None:
     """Register the gateway's exception handlers on ``app``."""
     handlers: list[tuple[type[Exception], Any]] = [
         (redis.ConnectionError, _redis_down), (redis.TimeoutError, _redis_down),
+        # A cluster client that reaches no node raises this (not a ConnectionError).
+        (redis.exceptions.RedisClusterException, _redis_down),
         (RunNotFound, _not_found), (RequestError, _request_error),
         (RequestValidationError, _validation),
     ]

@@ -1,9 +1,10 @@
 """What the routes share (``Gateway``) and the one FastAPI dependency that hands it out.
 
-Two async Redis clients: ``aredis`` for short commands and ``streams`` for the blocking
-``XREAD`` of SSE watchers. The latter has no socket timeout shorter than a keep-alive spell
-(a quiet stream must not be cut) and a pool sized for ``REACTQ_SSE_MAX_CLIENTS`` watchers.
-Batch drivers run in their own thread pool so they never starve the default executor.
+Two async Redis clients: ``aredis`` for short commands (and SSE backlogs) and ``streams`` for
+the blocking ``XREAD`` of the shared stream readers (``hub``: a few reads for every watcher of
+the process, not one per watcher). The latter has no socket timeout shorter than a keep-alive
+spell (a quiet stream must not be cut). Batch drivers run in their own thread pool so they
+never starve the default executor.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from reactq.dispatcher.batch.store import BatchStore, drive_stored_batch, holder_name
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.dag import DagDispatcher
+from reactq.dispatcher.http.hub import StreamHub
 from reactq.shared.inputs import ID_PATTERN
 from reactq.shared.redisconn import _state_url, async_client, connection_options
 from reactq.shared.settings import Settings
@@ -55,6 +57,7 @@ class Gateway:
         self._dags = dags
         self._aredis = aredis
         self._streams: aioredis.Redis | None = aredis
+        self._hub: StreamHub | None = None
         self.stop = threading.Event()
         self.tasks: set[asyncio.Future[Any]] = set()
         self.holder = holder_name()
@@ -87,12 +90,25 @@ class Gateway:
                                          socket_timeout=self.keepalive + 10)
         return self._streams
 
+    @property
+    def hub(self) -> StreamHub:
+        """The shared stream readers of the running event loop (a test client may run each
+        request on a loop of its own; a reader lives on one loop)."""
+        loop = asyncio.get_running_loop()
+        if self._hub is None or self._hub.loop is not loop:
+            self._hub = StreamHub(self.streams, cluster=self.settings.redis_cluster,
+                                  block_ms=max(1, int(self.keepalive * 1000)))
+        return self._hub
+
     def _client(self, *, max_connections: int, timeout: float, socket_timeout: float) -> aioredis.Redis:
         """A client over a blocking pool (a burst of watchers waits for a connection instead
         of a 503), with the TLS/ACL options of the settings; a Redis Cluster client in
         cluster mode (its pools are per node)."""
         if self.settings.redis_cluster:
-            return async_client(self.settings, socket_timeout=socket_timeout, socket_connect_timeout=2)
+            # Per node; the cluster client raises past it (no waiting), and a blocked XREAD of
+            # each watched run (one slot each) holds one: at least its default of 100.
+            return async_client(self.settings, socket_timeout=socket_timeout, socket_connect_timeout=2,
+                                max_connections=max(max_connections, 100))
         url = _state_url(self.settings)
         pool = aioredis.BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=timeout, socket_timeout=socket_timeout,
@@ -105,7 +121,7 @@ class Gateway:
 
     async def status_of(self, key: str) -> str | None:
         raw = await self.aredis.hget(key, "status")
-        return None if raw is None else raw.decode()
+        return raw.decode() if isinstance(raw, bytes) else raw
 
     def start_batch(self, batch_id: str) -> None:
         """Drive a batch in the batch pool; the task set keeps a reference until it ends."""
@@ -130,6 +146,8 @@ class Gateway:
         if self.tasks:
             await asyncio.wait(self.tasks, timeout=5)
         self.batch_pool.shutdown(wait=False)
+        if self._hub is not None:
+            await self._hub.close()
         for client in {id(c): c for c in (self._aredis, self._streams) if c is not None}.values():
             await client.aclose()
 

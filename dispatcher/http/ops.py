@@ -41,7 +41,7 @@ async def _readiness(gw: Gateway) -> JSONResponse:
     out: dict[str, Any] = {"redis": "ok", "broker": "ok", "workers": []}
     try:
         await asyncio.wait_for(gw.aredis.ping(), timeout=2)
-    except (redis.RedisError, OSError, asyncio.TimeoutError) as exc:
+    except (redis.RedisError, redis.exceptions.RedisClusterException, OSError, asyncio.TimeoutError) as exc:
         out.update(status="unavailable", redis=f"error: {type(exc).__name__}", broker="unknown")
         return JSONResponse(out, status_code=503)
     if not await asyncio.to_thread(_broker_ok, gw.settings):

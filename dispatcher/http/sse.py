@@ -5,12 +5,16 @@ after a cursor (``Last-Event-ID`` or ``?after=``), sends a ``: keepalive`` comme
 quiet spell and ends after ``done``. When Redis goes away mid-stream the response *ends*
 (every frame sent is whole, with its id) instead of being cut, so a client that reconnects
 with ``Last-Event-ID`` resumes exactly after the last event it got.
+
+Live events come from the gateway's shared stream readers (``hub``): a watcher joins its
+reader first, then reads its backlog after the cursor, then takes what the reader hands it,
+skipping ids it already sent.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Collection
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -18,8 +22,8 @@ import redis.asyncio as aioredis
 from fastapi.responses import StreamingResponse
 
 from reactq.dispatcher.http.errors import field_error, not_found
+from reactq.dispatcher.http.hub import Ended, Entry, StreamHub, parse_id, to_entry
 from reactq.shared.errors import RunNotFound
-from reactq.shared.events import Event
 from reactq.shared.inputs import stream_id_problem
 
 if TYPE_CHECKING:
@@ -27,8 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("reactq.http")
 
-#: ``None``: the run / DAG is gone (expired); True: it ended; False: still going.
-Ended = Callable[[], Awaitable[bool | None]]
+#: ``Ended``: ``None``: the run / DAG is gone (expired); True: it ended; False: still going.
+__all__ = ["Ended", "SSE_HEADERS", "check_cursor", "event_stream", "events_response"]
 
 #: Sent when Redis went away: browsers' EventSource waits this long (ms) before reconnecting.
 RETRY_MS = 1000
@@ -40,46 +44,103 @@ def check_cursor(cursor: str | None) -> str | None:
     return stream_id_problem(cursor)
 
 
-async def _backlog(r: aioredis.Redis, key: str, cursor: str | None) -> AsyncIterator[str]:
-    entries = await r.xrange(key, min=f"({cursor}" if cursor else "-")
-    for raw_id, fields in entries:
-        yield Event.from_fields(fields).sse(raw_id.decode())
+#: Entries one backlog ``XRANGE`` takes (a long stream is read page by page).
+PAGE = 500
+KEEPALIVE = ": keepalive\n\n"
 
 
-async def _frames(r: aioredis.Redis, key: str, cursor: str | None, ended: Ended,
-                  keepalive: float) -> AsyncIterator[str]:
-    if await ended():  # ended: what is left, without blocking for a keep-alive first
-        async for frame in _backlog(r, key, cursor):
-            yield frame
-        return
-    block_ms = max(1, int(keepalive * 1000))
+async def _backlog(hub: StreamHub, r: aioredis.Redis, key: str,
+                   cursor: str | None) -> tuple[list[Entry], str | None]:
+    """Every entry after ``cursor`` (paged) and the id of the last one (``cursor`` if none)."""
+    out: list[Entry] = []
     while True:
-        res = await r.xread({key: cursor or "0-0"}, block=block_ms, count=500)
-        entries = res[0][1] if res else []
-        for raw_id, fields in entries:
-            cursor = raw_id.decode()
-            event = Event.from_fields(fields)
-            yield event.sse(cursor)
-            if event.channel == "done":
-                return
-        if not entries:
-            state = await ended()
-            if state is None:
-                return  # expired
-            if state:  # its done event raced the status: send what is left
-                async for frame in _backlog(r, key, cursor):
-                    yield frame
-                return
-            yield ": keepalive\n\n"
+        async with hub.reads:  # a thousand watchers opening at once: a bounded number of reads
+            raw: list[Any] = await r.xrange(key, min=f"({cursor}" if cursor else "-", count=PAGE) or []
+        out.extend(to_entry(i, f) for i, f in raw)
+        if out:
+            cursor = out[-1].id
+        if len(raw) < PAGE:
+            return out, cursor
 
 
-async def event_stream(r: aioredis.Redis, key: str, cursor: str | None, ended: Ended,
-                       keepalive: float) -> AsyncIterator[str]:
-    """SSE frames of stream ``key`` after ``cursor``; ends cleanly if Redis goes away."""
+async def _start_at(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | None) -> str:
+    """Where the shared reader starts a stream with nothing after ``cursor``: ``cursor``, or
+    the stream's last id when ``cursor`` is past it — a ``Last-Event-ID`` of another stream
+    must not make the reader skip what the other watchers of this one wait for."""
+    async with hub.reads:
+        last = await r.xrevrange(key, count=1)
+    if not last or cursor is None:
+        return "0-0"
+    top = last[0][0].decode() if isinstance(last[0][0], bytes) else str(last[0][0])
+    return min(cursor, top, key=parse_id)
+
+
+def _after(entries: list[Entry], cursor: str | None) -> tuple[str, str | None, bool]:
+    """The frames of ``entries`` after ``cursor`` up to a ``done`` as one chunk, the new
+    cursor, and whether the ``done`` was among them."""
+    last = parse_id(cursor) if cursor else (-1, -1)
+    frames: list[str] = []
+    for e in entries:
+        if e.sid <= last:
+            continue  # already sent (from the backlog, or a queue that overlapped it)
+        frames.append(e.frame)
+        cursor, last = e.id, e.sid
+        if e.done:
+            return "".join(frames), cursor, True
+    return "".join(frames), cursor, False
+
+
+async def _frames(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | None, ended: Ended,
+                  keepalive: float) -> AsyncIterator[str]:
+    if await hub.ended(key, ended):  # ended: what is left, without waiting for a keep-alive first
+        chunk, _, _ = _after((await _backlog(hub, r, key, cursor))[0], cursor)
+        if chunk:
+            yield chunk
+        return
+    w = hub.subscribe(key)  # before the backlog: nothing falls between the two
     try:
-        async for frame in _frames(r, key, cursor, ended, keepalive):
+        entries, _ = await _backlog(hub, r, key, cursor)
+        if not hub.reading(key):
+            hub.start(w, entries[-1].id if entries else await _start_at(hub, r, key, cursor))
+        while True:
+            chunk, cursor, done = _after(entries, cursor)
+            if chunk:
+                yield chunk
+            if done:
+                return
+            if not await w.wait(keepalive):
+                state = await hub.ended(key, ended)
+                if state is None:
+                    return  # expired
+                if state:  # its done event raced the status: send what is left
+                    entries = (await _backlog(hub, r, key, cursor))[0]
+                    chunk, _, _ = _after(entries, cursor)
+                    if chunk:
+                        yield chunk
+                    return
+                entries = []
+                yield KEEPALIVE
+                continue
+            if w.error is not None:
+                raise w.error
+            if w.behind:  # the queue was dropped (a slow client): re-read what was missed
+                w.behind = False
+                entries = (await _backlog(hub, r, key, cursor))[0] + w.take()
+            else:
+                entries = w.take()
+    finally:
+        hub.unsubscribe(w)
+
+
+async def event_stream(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str | None, ended: Ended,
+                       keepalive: float) -> AsyncIterator[str]:
+    """SSE frames of stream ``key`` after ``cursor``; ends cleanly if Redis goes away.
+
+    Live entries come from the gateway's shared reader (``hub``); ``r`` reads the backlog."""
+    try:
+        async for frame in _frames(hub, r, key, cursor, ended, keepalive):
             yield frame
-    except (redis.ConnectionError, redis.TimeoutError, OSError) as exc:
+    except (redis.ConnectionError, redis.TimeoutError, redis.exceptions.RedisClusterException, OSError) as exc:
         log.warning("SSE stream %s: Redis went away (%s); the client resumes with Last-Event-ID",
                     key, type(exc).__name__)
         yield GONE
@@ -97,12 +158,12 @@ async def events_response(gw: Gateway, hash_key: str, events_key: str, terminal:
     if (why := check_cursor(cursor)) is not None:
         return field_error("last-event-id" if last_event_id else "after", why,
                            where="header" if last_event_id else "query")
-    if await gw.status_of(hash_key) is None:
-        return not_found(missing)
 
     async def ended() -> bool | None:
         status = await gw.status_of(hash_key)
         return None if status is None else status in terminal
 
-    return StreamingResponse(event_stream(gw.streams, events_key, cursor, ended, gw.keepalive),
+    if await gw.hub.ended(events_key, ended) is None:  # shared with the stream's own first check
+        return not_found(missing)
+    return StreamingResponse(event_stream(gw.hub, gw.aredis, events_key, cursor, ended, gw.keepalive),
                              media_type="text/event-stream", headers=SSE_HEADERS)

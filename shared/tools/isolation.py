@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 
 Locator = tuple[str, str, str]
 SPEC_KEY = "_reactq_tools_entry"
+#: How long a runner may take to start and import a tool before the call: not the tool's
+#: deadline (a cold runner on a busy host can take seconds), but a bound all the same.
+LOAD_SECONDS = 60.0
 """``Tool.metadata`` key: the ``REACTQ_TOOLS`` entry that built the tool (set by the loader)."""
 
 
@@ -143,13 +146,21 @@ class ToolProcessPool:
 
     def _exchange(self, child: _Child, loc: Locator, kwargs: dict[str, Any], timeout: float,
                   name: str) -> tuple[str, Any]:
-        deadline = time.monotonic() + timeout
+        loaded = False
         try:
             # sys.path rides along: a tool module may live on a path added after the spawn.
             write_frame(child.req_w, ("call", loc, kwargs, timeout, list(sys.path)))
-            status, payload = child.wait_reply(deadline)
+            status, payload = child.wait_reply(time.monotonic() + LOAD_SECONDS)
+            if status == "started":  # loaded: the tool's own deadline starts now
+                loaded = True
+                status, payload = child.wait_reply(time.monotonic() + timeout)
         except TimeoutError:
             child.kill()
+            if not loaded:
+                raise ToolTimeoutError(
+                    f"Tool '{name}' could not be loaded within {LOAD_SECONDS:g}s and was stopped "
+                    "(its module's import hangs or the host is overloaded)."
+                ) from None
             raise ToolTimeoutError(
                 f"Tool '{name}' timed out after {timeout:g}s (its deadline: the tool's timeout, "
                 "default REACTQ_TOOL_TIMEOUT) and was stopped; try a smaller input or another way."

@@ -3,7 +3,10 @@
 Started and fed by :mod:`reactq.shared.tools.isolation`; runs one tool call at a time.
 Frames on the two private pipes are pickles (parent and child are the same trusted code;
 nothing here crosses the broker, which stays JSON-only). A request is
-``("call", locator, kwargs, timeout, sys_path)``; replies: ``("ok", result)`` or ``("error", text)``.
+``("call", locator, kwargs, timeout, sys_path)``; replies: ``("started", None)`` once the tool is
+imported and about to run (the call's deadline counts from there: a cold runner's interpreter
+start and the tool module's import are not the tool's time), then ``("ok", result)`` or
+``("error", text)``; a tool that cannot be loaded gets only the ``("error", text)``.
 
 The child must never outlive its purpose, even while the tool holds the GIL (then no Python
 code of ours runs): the kernel kills it when the worker dies (``PR_SET_PDEATHSIG``) and
@@ -86,16 +89,23 @@ def _spec_tools(entry: str, load: Any) -> dict[str, Any]:
     return _SPEC_CACHE[entry]
 
 
-def run_call(locator: tuple[str, ...], kwargs: dict[str, Any], timeout: float) -> tuple[str, Any]:
-    signal.alarm(math.ceil(timeout) + ALARM_GRACE)
+def run_call(locator: tuple[str, ...], kwargs: dict[str, Any], timeout: float,
+             started: Any = None) -> tuple[str, Any]:
+    """Load the tool, say so through ``started()``, then run it under the alarm."""
+    from reactq.shared.errors import ToolError
+
     try:
         fn = resolve(locator)
+    except Exception as exc:
+        return "error", f"the tool could not be loaded: {type(exc).__name__}: {exc}"
+    if started is not None:
+        started()
+    signal.alarm(math.ceil(timeout) + ALARM_GRACE)
+    try:
         result = asyncio.run(fn(**kwargs)) if inspect.iscoroutinefunction(fn) else fn(**kwargs)
         pickle.dumps(result)  # fail here, with a message, rather than in write_frame
         return "ok", result
     except Exception as exc:
-        from reactq.shared.errors import ToolError
-
         return "error", str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
     finally:
         signal.alarm(0)
@@ -112,7 +122,8 @@ def main(argv: list[str]) -> None:
         except EOFError:
             return
         sys.path[:] = msg[4]
-        write_frame(resp_fd, run_call(msg[1], msg[2], msg[3]))
+        write_frame(resp_fd, run_call(msg[1], msg[2], msg[3],
+                                      started=lambda: write_frame(resp_fd, ("started", None))))
 
 
 if __name__ == "__main__":

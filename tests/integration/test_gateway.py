@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,40 @@ def test_a_run_submitted_over_http_streams_its_events_as_sse_until_done(api, llm
     assert tool_done["data"]["observation"] == "391"
     status = api.get(created["status_url"]).json()
     assert status["status"] == "succeeded" and status["result"]["answer"] == "The answer is 391."
+
+
+@pytest.mark.core
+def test_watchers_of_several_runs_at_once_each_get_exactly_their_runs_stream(gateway, api, llm, r):
+    """The gateway reads every watched stream through a few shared reads (on a Redis Cluster,
+    one per run: a run's keys are in a slot of their own). Each watcher still gets exactly its
+    run's stream, whether it was there from the start or came back with a ``Last-Event-ID``
+    while the others of its run kept watching."""
+    runs = []
+    for n in range(3):
+        q = llm.script(llm.unique(f"http: watched together {n}"), [reply_text("ok").with_options(delay=1.0)],
+                       synthesis=reply_text(f"the answer number {n}", chunk_chars=4))
+        runs.append(submit(api, {"query": q}))
+
+    def client() -> httpx.Client:
+        return httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+
+    def watch(url: str) -> list[dict[str, Any]]:
+        with client() as c, c.stream("GET", url) as res:
+            return read_sse(res)[0]
+
+    def watch_twice(url: str) -> list[dict[str, Any]]:
+        with client() as c:
+            with c.stream("GET", url) as res:
+                first, _ = read_sse(res, stop_after=1)
+            with c.stream("GET", url, headers={"Last-Event-ID": first[-1]["id"]}) as res:
+                return first + read_sse(res)[0]
+
+    with ThreadPoolExecutor(9) as pool:
+        futures = [(run, pool.submit(fn, run["events_url"])) for run in runs for fn in (watch, watch, watch_twice)]
+        results = [(run, f.result(timeout=90)) for run, f in futures]
+    for run, frames in results:
+        assert frames[-1]["event"] == "done"
+        assert frames == stream_from_redis(r, run["run_id"])
 
 
 def test_a_reconnect_with_last_event_id_gets_exactly_the_missed_events(api, llm, r):

@@ -139,3 +139,37 @@ async def test_cancelling_the_caller_stops_the_tool_runner() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert child.proc.wait(10) == -9, "killed at once, not after the 30 s hold"
+
+
+@pytest.fixture
+def slow_import_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A tool module whose import takes 2 s (a heavy dependency), its tool instant."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = f"reactq_test_slow_{uuid.uuid4().hex[:10]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent("""
+        import os, time
+        from reactq.shared.tools.base import tool
+
+        if os.environ.get("REACTQ_TOOL_RUNNER_CHILD") != "no":
+            time.sleep(2.0)
+
+        @tool("quick", timeout=1.0)
+        def quick() -> str:
+            \"\"\"Answers at once.\"\"\"
+            return str(os.getpid())
+    """))
+    monkeypatch.setenv("REACTQ_TOOL_RUNNER_CHILD", "no")  # only the runner's import is slow
+    yield name
+    sys.modules.pop(name, None)
+
+
+async def test_the_deadline_counts_the_tool_not_a_cold_runner_loading_it(slow_import_module: str) -> None:
+    """A cold runner starts an interpreter and imports the tool's module before the call: on a
+    busy host that alone can pass a short timeout. The deadline starts once the tool is loaded."""
+    import importlib
+
+    mod = importlib.import_module(slow_import_module)
+    os.environ["REACTQ_TOOL_RUNNER_CHILD"] = "yes"  # the child inherits it: its import sleeps
+    assert int(await mod.quick.invoke({})) != os.getpid()
+    with pytest.raises(ToolTimeoutError, match=r"timed out after 1s"):
+        await T.hold.invoke({"seconds": 30}, default_timeout=1)  # the tool's own time still counts
