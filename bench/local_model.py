@@ -1,13 +1,17 @@
-"""How often the bundled SmolLM2 answers the demo's questions right, per message shape.
+"""How often the bundled SmolLM2 answers the demo's questions right, per way of asking it.
 
-``python -m bench.local_model [--runs 3]`` runs the demo's sample questions
-(``dispatcher/samples/questions.jsonl``, graded by their ``expect`` pattern) through real
-workers against the shared local model server, once per variant and run:
+``python -m bench.local_model [--runs 3] [--variants now,before]`` runs the demo's sample
+questions (``dispatcher/samples/questions.jsonl``, graded by their ``expect`` patterns) through
+real workers against a local model server, once per variant and run, one question at a
+time (the server answers one request at a time; concurrent runs only queue):
 
-* ``tool``: tool results as ``tool`` messages (what the chat template drops),
-* ``user``: ``tool_results_as = "user"`` (the default of the local registry),
-* ``user+json_mode``: the same with the ``json_mode`` ability (JSON-mode turns use the
-  server's JSON grammar).
+* ``now``: what ``reactq run`` and ``make demo`` use (``localmodel.write_registry``'s
+  defaults on a ``chatml`` server: JSON mode with the action grammar, repeat penalty off,
+  one tool turn, no synthesis);
+* ``before``: the previous default (``chatml-function-calling`` server, native tool calls,
+  tool results as user messages, answer synthesis);
+* ``now+synthesis``, ``now-max_tool_turns``, ``now+repeat_penalty``: ``now`` with one choice
+  undone.
 
 Prints one JSON line: per variant, right answers per run and per question. Needs the
 ``local`` extra (``make install-local``).
@@ -23,21 +27,28 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-VARIANTS = {"tool": {"tool_results_as": "tool", "json_mode": False},
-            "user": {"tool_results_as": "user", "json_mode": False},
-            "user+json_mode": {"tool_results_as": "user", "json_mode": True}}
+# (server prompt format, write_registry keywords)
+BEFORE = {"tool_call": True, "json_mode": False, "json_schema": False, "repeat_penalty": None,
+          "max_tool_turns": None, "answer_synthesis": True}
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "now": ("chatml", {}),
+    "before": ("chatml-function-calling", BEFORE),
+    "now+synthesis": ("chatml", {"answer_synthesis": True}),
+    "now-max_tool_turns": ("chatml", {"max_tool_turns": None}),
+    "now+repeat_penalty": ("chatml", {"repeat_penalty": None}),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.local_model")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default="now,before", help=f"comma-separated, of: {', '.join(VARIANTS)}")
     args = p.parse_args(argv)
 
     from reactq.dispatcher.client import Dispatcher
     from reactq.dispatcher.demo import load_questions, run_batch
     from reactq.dispatcher.local import ensure_workers, stop_workers
-    from reactq.dispatcher.localmodel import local_model_missing, shared_server, write_registry
+    from reactq.dispatcher.localmodel import LocalModelServer, find_gguf, local_model_missing, write_registry
     from reactq.shared.redisconn import redis_url
     from reactq.shared.settings import Settings
 
@@ -45,36 +56,44 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"the local model is not available: {missing}", file=sys.stderr)
         return 2
+    # The sample questions use the demo tools (echo, add), as `make demo` registers them.
+    os.environ.setdefault("REACTQ_DEMO_TOOLS", "true")
     data = Path(tempfile.mkdtemp(prefix="reactq-bench-local-"))
-    base = Settings(data_dir=data)
-    os.environ["REACTQ_REDIS_URL"] = redis_url(base)
-    base_url = shared_server(Settings(data_dir=data))
+    os.environ["REACTQ_REDIS_URL"] = redis_url(Settings(data_dir=data))
     questions = load_questions(None)
     figures: dict[str, Any] = {}
+    servers: dict[str, LocalModelServer] = {}
     try:
         for name in args.variants.split(","):
-            registry = write_registry(data / f"{name}.toml", base_url, **VARIANTS[name])
+            chat_format, options = VARIANTS[name]
+            if chat_format not in servers:
+                servers[chat_format] = LocalModelServer(
+                    find_gguf() or Path(), data / f"llama-{chat_format}.log", chat_format=chat_format).start()
+            registry = write_registry(data / f"{name}.toml", servers[chat_format].base_url, **options)
             os.environ["REACTQ_MODELS"] = str(registry)
             settings = Settings(data_dir=data)
             stop_workers(settings, embedded=False)
-            ensure_workers(settings, count=2, ping=False)
+            ensure_workers(settings, count=1, ping=False)
             per_run: list[int] = []
             per_question: dict[str, int] = {q["id"]: 0 for q in questions}
+            answers: dict[str, list[str]] = {q["id"]: [] for q in questions}
             for n in range(args.runs):
-                rows = list(run_batch(Dispatcher(settings), questions, data / f"{name}-{n}.jsonl",
-                                      timeout=300))
-                per_run.append(sum(bool(r["right"]) for r in rows))
-                for r in rows:
-                    per_question[r["id"]] += bool(r["right"])
+                right = 0
+                for q in questions:  # one at a time: the server serves one request at a time
+                    for row in run_batch(Dispatcher(settings), [q], data / f"{name}-{n}-{q['id']}.jsonl",
+                                         timeout=600):
+                        right += bool(row["right"])
+                        per_question[q["id"]] += bool(row["right"])
+                        answers[q["id"]].append(str(row["answer"])[:120])
+                per_run.append(right)
             figures[name] = {"right_per_run": per_run, "of": len(questions),
-                             "right_per_question": per_question}
+                             "right_per_question": per_question, "answers": answers}
             print(json.dumps({name: figures[name]}), file=sys.stderr, flush=True)
     finally:
-        from reactq.dispatcher.localmodel import stop_shared_server
-
         stop_workers(Settings(data_dir=data))
-        stop_shared_server(Settings(data_dir=data))
-    print(json.dumps({"local_model_quality": figures}))
+        for server in servers.values():
+            server.stop()
+    print(json.dumps({"local_model_quality": figures, "load_average": os.getloadavg()}))
     return 0
 
 

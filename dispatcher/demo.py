@@ -9,10 +9,10 @@ What it does, on embedded defaults:
    loopback port. The ``local`` extra is installed on first use (llama-cpp-python builds
    from source, ≈ 7 min on 2 cores, with progress; pip caches the wheel, so only once).
    The server is the one ``reactq run`` shares (``reactq.dispatcher.localmodel``); its model
-   registry (``.reactq/local-models.toml``) says temperature 0, small ``max_tokens``,
-   ``tool_call`` on, ``json_mode`` off and ``tool_results_as = "user"`` (the chat template
-   drops ``tool`` messages). The model is tiny: the README's "First run" section gives how
-   often it answers the sample questions right.
+   registry (``.reactq/local-models.toml``) says temperature 0, JSON mode with the action's
+   schema as the server's grammar, one tool turn, no answer synthesis (measured, see
+   ``localmodel``). The model is tiny: the README's "First run" section gives how often it
+   answers the sample questions right.
 3. Worker processes (``reactq.dispatcher.local.ensure_workers``) and, when installed, Flower.
 4. The batch: every question of ``dispatcher/samples/questions.jsonl`` is submitted through
    the ``Dispatcher`` API; results are written to ``demo-results.jsonl`` as they finish.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
+from reactq.shared.engine import action_schema
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
@@ -96,11 +97,28 @@ def begin_turn(state: RunState) -> list[Event]:
     return [emit(state, "step", type="thinking", status="start", iteration=state.iteration)]
 
 
-def llm_request(state: RunState, schemas: list[dict[str, Any]], json_mode: bool) -> dict[str, Any]:
-    """Keyword arguments of this turn's ``chat()`` call (S4, S7)."""
+def llm_request(state: RunState, schemas: list[dict[str, Any]], json_mode: bool, *,
+                json_schema: bool = False, max_tool_turns: int | None = None) -> dict[str, Any]:
+    """Keyword arguments of this turn's ``chat()`` call (S4, S7).
+
+    ``json_schema`` (the model's ability): JSON-mode turns send the action's schema
+    (``action_schema``) instead of asking for any JSON object. ``max_tool_turns`` (the
+    model's registry entry) reached: the turn may only answer — the schema keeps the final
+    answer alone, native mode says ``tool_choice="none"`` (JSON mode without a schema
+    cannot be held to it).
+    """
+    answer_only = max_tool_turns is not None and tool_turns(state) >= max_tool_turns
     if state.mode == "native":
-        return {"tools": schemas or None, "tool_choice": "auto" if schemas else None}
+        return {"tools": schemas or None,
+                "tool_choice": ("none" if answer_only else "auto") if schemas else None}
+    if json_schema:
+        return {"response_format": action_schema.response_format(schemas, answer_only=answer_only)}
     return {"response_format": {"type": "json_object"} if json_mode else None}
+
+
+def tool_turns(state: RunState) -> int:
+    """How many turns of the run called tools."""
+    return len({s.iteration for s in state.steps if s.type == "tool_call"})
 
 
 def apply_compaction(state: RunState, messages: list[ChatMessage]) -> list[Event]:

@@ -28,7 +28,7 @@ from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookRegistry
-from reactq.shared.llm.base import LLM, ability
+from reactq.shared.llm.base import LLM, ability, answer_synthesis, max_tool_turns
 from reactq.shared.settings import EngineConfig
 from reactq.shared.tools.base import ToolRegistry
 
@@ -100,7 +100,9 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     if deps.guard is not None:
         compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
         events += loop.apply_compaction(state, compacted)
-    request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"))
+    request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),
+                               json_schema=ability(deps.llm, "json_schema"),
+                               max_tool_turns=max_tool_turns(deps.llm))
     result = await deps.llm.chat(state.messages, **request)
     interrupts = await io.interrupts(state.interrupt_cursor)
     events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
@@ -136,6 +138,7 @@ async def finish_tools(state: RunState, deps: EngineDeps, io: StepIO,
 async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
                       published_seq: int = 0) -> Advance:
     """``Answer``: stream the synthesis; on failure fall back to the loop's answer (S52).
+    A model without answer synthesis (its registry entry) streams the loop's answer.
 
     ``published_seq`` > ``state.seq`` means an earlier attempt of this step already streamed
     part of the answer and died: what was sent stays sent and the loop's answer follows,
@@ -145,6 +148,12 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
     if published_seq > state.seq:
         state.seq = published_seq
         answer = await _stream_fallback(state, io, fallback, "the worker streaming the answer stopped")
+    elif not answer_synthesis(deps.llm):
+        # The model's registry entry says its own answer beats its synthesis (a small model
+        # rewrites a right "391" into a wrong sentence): stream the loop's answer as it is.
+        await io.publish(ending.synthesis_started(state))
+        await io.publish([ending.answer_delta(state, c) for c in fallback_chunks(fallback)])
+        answer = fallback
     else:
         await io.publish(ending.synthesis_started(state))
         answer = await _stream_synthesis(state, deps, io, fallback)

@@ -74,6 +74,19 @@ def ability(llm: LLM, key: str, default: bool = False) -> bool:
     return bool(llm.abilities.get(key, default))
 
 
+def max_tool_turns(llm: LLM) -> int | None:
+    """The model's ``max_tool_turns`` (registry entry; on ``OpenAILLM``, read through any
+    wrapper): after that many turns with tool calls it may only answer. None: no limit."""
+    value = getattr(llm, "max_tool_turns", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def answer_synthesis(llm: LLM) -> bool:
+    """False when the model's registry entry says ``answer_synthesis = false``: the loop's
+    answer is the run's answer, streamed as it is, without a synthesis call."""
+    return getattr(llm, "answer_synthesis", True) is not False
+
+
 def is_loopback_url(base_url: str | None) -> bool:
     """True when ``base_url`` points at this machine (127.0.0.0/8, ::1, localhost)."""
     if not base_url:

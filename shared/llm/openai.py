@@ -77,9 +77,18 @@ class OpenAILLM:
         max_tokens: int | None = None,
         temperature: float | None = None,
         tool_results_as: str = "tool",
+        json_schema_as: str = "json_schema",
+        extra_body: Mapping[str, Any] | None = None,
+        max_tool_turns: int | None = None,
+        answer_synthesis: bool = True,
     ) -> None:
         self.model = model
         self.tool_results_as = tool_results_as
+        self.json_schema_as = json_schema_as
+        self.extra_body: dict[str, Any] = dict(extra_body or {})
+        # Read by the engine (llm/base.py: max_tool_turns(), answer_synthesis()).
+        self.max_tool_turns = max_tool_turns
+        self.answer_synthesis = answer_synthesis
         self.name = name or model
         self.base_url = base_url
         self.abilities: dict[str, bool] = dict(abilities or {})
@@ -146,10 +155,14 @@ class OpenAILLM:
         wire = [to_openai_message(m) for m in messages]
         if self.tool_results_as == "user":  # templates that drop tool messages (llm/shapes.py)
             wire = tool_results_as_user(wire)
-        request: dict[str, Any] = {"model": self.model, "messages": wire}
+        request: dict[str, Any] = {**self.extra_body, "model": self.model, "messages": wire}
         # Never send None: strict servers reject `tools: null`, and None would override
         # server-side defaults.
         request.update({k: v for k, v in params.items() if v is not None})
+        fmt = request.get("response_format")
+        if self.json_schema_as == "json_object" and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            # llama-cpp-python's server takes the schema as {"type": "json_object", "schema": …}.
+            request["response_format"] = {"type": "json_object", "schema": fmt["json_schema"]["schema"]}
         return request
 
     async def _post(self, request: dict[str, Any], *, stream: bool) -> Any:

@@ -51,6 +51,9 @@ class Abilities(BaseModel):
     streaming: StrictBool | None = None
     thinking: StrictBool | None = None
     tool_choice: StrictBool | None = None
+    # The server constrains a reply to a JSON schema given with the request (llama.cpp's
+    # grammars, vLLM): JSON-mode turns then send the action's schema (engine/action_schema.py).
+    json_schema: StrictBool | None = None
 
     def as_dict(self) -> dict[str, bool]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -76,6 +79,17 @@ class ModelEntry(BaseModel):
     # "user": send tool results as user messages, for chat templates that drop `tool`
     # messages (llama.cpp's chatml-function-calling; see shared/llm/shapes.py).
     tool_results_as: Literal["tool", "user"] = "tool"
+    # How a JSON schema for the reply is sent (abilities.json_schema): OpenAI's
+    # {"type": "json_schema", ...}, or {"type": "json_object", "schema": ...} (llama-cpp-python).
+    json_schema_as: Literal["json_schema", "json_object"] = "json_schema"
+    # Fields added to every chat request as they are: server-specific sampling options such
+    # as llama.cpp's repeat_penalty. The request's own fields win.
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    # For small models (the bundled SmolLM2, README "First run"): after this many turns with
+    # tool calls the model may only answer (JSON schema / tool_choice "none"), and without
+    # answer synthesis the loop's answer is the run's answer.
+    max_tool_turns: int | None = Field(None, ge=1)
+    answer_synthesis: StrictBool = True
     # Flow control, cluster-wide (reactq.shared.flow): requests / tokens per minute, calls in flight.
     rpm: int | None = Field(None, gt=0)
     tpm: int | None = Field(None, gt=0)
@@ -265,7 +279,9 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
                         abilities=entry.abilities.as_dict(), context_size=entry.context_size,
                         max_retries=entry.max_retries, timeout=entry.timeout, name=name,
                         extra_headers=entry.extra_headers or None, max_tokens=entry.max_tokens,
-                        temperature=entry.temperature, tool_results_as=entry.tool_results_as)
+                        temperature=entry.temperature, tool_results_as=entry.tool_results_as,
+                        json_schema_as=entry.json_schema_as, extra_body=entry.extra_body or None,
+                        max_tool_turns=entry.max_tool_turns, answer_synthesis=entry.answer_synthesis)
         registry.register(name, llm, entry.roles, spec=_spec(name, entry))
     return registry
 

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from reactq.dispatcher.localmodel import LocalModelServer, find_gguf, local_model_missing, write_registry
+from reactq.dispatcher.localmodel import (
+    CHAT_FORMAT,
+    LocalModelServer,
+    find_gguf,
+    local_model_missing,
+    write_registry,
+)
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
 
@@ -42,18 +48,33 @@ def e2e_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc.wait()
 
 
-@pytest.fixture(scope="session")
-def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
+#: The registry entry with llama-cpp-python's function-calling template, for native runs.
+FC_MODEL = "smollm2-fc"
+
+
+def _server(tmp_path_factory: pytest.TempPathFactory, chat_format: str) -> Iterator[LocalModelServer]:
     gguf = find_gguf()
     assert gguf is not None
-    server = LocalModelServer(gguf, tmp_path_factory.mktemp("e2e-model") / "llama-server.log")
-    with server:
+    log = tmp_path_factory.mktemp("e2e-model") / "llama-server.log"
+    with LocalModelServer(gguf, log, chat_format=chat_format) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
+def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
+    """The server as `reactq run` and the demo start it (plain chatml)."""
+    yield from _server(tmp_path_factory, CHAT_FORMAT)
+
+
+@pytest.fixture(scope="session")
+def smollm2_fc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalModelServer]:
+    """A second server with ``chatml-function-calling``: native tool calls, llama.cpp-style."""
+    yield from _server(tmp_path_factory, "chatml-function-calling")
+
+
+@pytest.fixture(scope="session")
 def recorder(smollm2: LocalModelServer) -> Iterator[Any]:
-    """Every request the workers send to the model (tests/e2e/recorder.py)."""
+    """Every request the workers send to the local model (tests/e2e/recorder.py)."""
     from tests.e2e.recorder import RecordingProxy
 
     proxy = RecordingProxy(smollm2.base_url)
@@ -62,12 +83,26 @@ def recorder(smollm2: LocalModelServer) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def e2e_settings(e2e_redis: str, recorder: Any,
+def recorder_fc(smollm2_fc: LocalModelServer) -> Iterator[Any]:
+    from tests.e2e.recorder import RecordingProxy
+
+    proxy = RecordingProxy(smollm2_fc.base_url)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.fixture(scope="session")
+def e2e_settings(e2e_redis: str, recorder: Any, recorder_fc: Any,
                  tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    # The registry the demo and `reactq run` use (tool results as user messages), through
-    # the recording proxy.
-    registry = write_registry(tmp_path_factory.mktemp("e2e-registry") / "models.toml",
-                              recorder.base_url, max_tokens=96, max_retries=0)
+    # The registry `reactq run` and the demo write (the default, first: every role), then
+    # the native entry; both through recording proxies.
+    where = tmp_path_factory.mktemp("e2e-registry")
+    local = write_registry(where / "local.toml", recorder.base_url).read_text()
+    native = write_registry(where / "fc.toml", recorder_fc.base_url, name=FC_MODEL, max_tokens=96,
+                            tool_call=True, json_mode=False, json_schema=False, repeat_penalty=None,
+                            max_tool_turns=None, answer_synthesis=True).read_text()
+    registry = where / "models.toml"
+    registry.write_text(local + native)
     return Settings(redis_url=e2e_redis, models=registry)
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import threading
+from collections.abc import Iterator
 import tomllib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -16,6 +19,7 @@ from typer.testing import CliRunner
 from reactq.dispatcher import cli, localmodel
 from reactq.dispatcher.cli import runs
 from reactq.shared.errors import ConfigError
+from reactq.shared.llm.registry import load_registry
 from reactq.shared.settings import Settings
 
 
@@ -55,17 +59,25 @@ def test_a_configured_model_is_used_as_it_is(bare_env, monkeypatch, env):
     assert localmodel.resolve_model(s) is s
 
 
-def test_with_the_local_extra_the_shared_server_is_used_and_tool_results_go_as_user(bare_env, monkeypatch):
+def test_with_the_local_extra_the_shared_server_is_used_with_the_measured_registry(bare_env, monkeypatch):
     monkeypatch.setattr(localmodel, "local_model_missing", lambda: None)
     monkeypatch.setattr(localmodel, "shared_server", lambda s, stream=None: "http://127.0.0.1:7/v1")
     s = localmodel.resolve_model(Settings())
     assert s.models is not None and os.environ["REACTQ_MODELS"] == str(s.models)
     entry = tomllib.loads(s.models.read_text())["models"]["smollm2"]
     assert entry["base_url"] == "http://127.0.0.1:7/v1" and entry["tool_results_as"] == "user"
+    # JSON mode with the action schema as the grammar, one tool turn, the loop's answer
+    # (README "First run": why).
+    assert entry["abilities"] == {"tool_call": False, "json_mode": True, "json_schema": True}
+    assert entry["json_schema_as"] == "json_object" and entry["extra_body"] == {"repeat_penalty": 1.0}
+    assert (entry["max_tool_turns"], entry["answer_synthesis"]) == (1, False)
+    llm = load_registry(s).get("smollm2")  # the file is valid for the registry loader
+    assert (llm.max_tool_turns, llm.answer_synthesis) == (1, False)
     monkeypatch.delenv("REACTQ_MODELS")
 
 
-def test_a_running_server_is_reused_not_started_twice(bare_env, monkeypatch):
+@pytest.fixture
+def models_server() -> Iterator[int]:
     class Models(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(200 if self.path == "/v1/models" else 404)
@@ -76,17 +88,47 @@ def test_a_running_server_is_reused_not_started_twice(bare_env, monkeypatch):
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Models)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield httpd.server_address[1]
+    httpd.shutdown()
+
+
+def test_a_running_server_is_reused_not_started_twice(bare_env, monkeypatch, models_server):
+    (bare_env / localmodel.STATE_FILE).write_text(json.dumps(
+        {"pid": 1, "port": models_server, "chat_format": localmodel.CHAT_FORMAT}))
+
+    def no_start(*a, **k):
+        raise AssertionError("a second server was started")
+
+    monkeypatch.setattr(localmodel, "LocalModelServer", no_start)
+    assert localmodel.shared_server(Settings()) == f"http://127.0.0.1:{models_server}/v1"
+
+
+def test_a_server_with_another_prompt_format_is_stopped_not_reused(bare_env, monkeypatch, models_server):
+    """One started by an older reactq (chatml-function-calling, or no format recorded)."""
+    old = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    (bare_env / localmodel.STATE_FILE).write_text(json.dumps(
+        {"pid": old.pid, "port": models_server, "chat_format": "chatml-function-calling"}))
+    started = []
+
+    class Fake:
+        def __init__(self, gguf, log_path):
+            self.proc, self.port, self.chat_format = old, 4242, localmodel.CHAT_FORMAT
+            self.base_url = "http://127.0.0.1:4242/v1"
+
+        def start(self):
+            started.append(self)
+            return self
+
+    monkeypatch.setattr(localmodel, "LocalModelServer", Fake)
+    monkeypatch.setattr(localmodel, "find_gguf", lambda: Path("m.gguf"))
     try:
-        (bare_env / localmodel.STATE_FILE).write_text(json.dumps({"pid": 1, "port": httpd.server_address[1]}))
-
-        def no_start(*a, **k):
-            raise AssertionError("a second server was started")
-
-        monkeypatch.setattr(localmodel, "LocalModelServer", no_start)
-        url = localmodel.shared_server(Settings())
-        assert url == f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        assert localmodel.shared_server(Settings()) == "http://127.0.0.1:4242/v1"
+        assert old.wait(10) == -signal.SIGTERM and len(started) == 1
+        state = json.loads((bare_env / localmodel.STATE_FILE).read_text())
+        assert state["chat_format"] == localmodel.CHAT_FORMAT
     finally:
-        httpd.shutdown()
+        old.kill()
+        old.wait()
 
 
 def test_the_message_is_a_config_error(bare_env, monkeypatch):
