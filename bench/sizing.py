@@ -92,6 +92,9 @@ def gateway(cl: Cluster, clients: int) -> dict[str, Any]:
             t.start()
         time.sleep(0.5)
         conns = int(cl.redis().info("clients")["connected_clients"])
+        # Blocked stream reads: one per open stream on a gateway whose watchers each read
+        # their own; a few shared ones now.
+        xreads = sum(1 for c in cl.redis().client_list() if c.get("cmd") == "xread")
         for t in threads:
             t.join()
         sse_s = time.perf_counter() - t1
@@ -102,7 +105,7 @@ def gateway(cl: Cluster, clients: int) -> dict[str, Any]:
             "gateway_cpu_ms_per_post": round((c1 - c0) * 1000 / clients, 2),
             "events_delivered": n_events, "sse_wall_s": round(sse_s, 2),
             "gateway_cpu_ms_per_event": round((c2 - c1) * 1000 / max(1, n_events), 3),
-            "redis_connected_clients_while_streaming": conns,
+            "redis_connected_clients_while_streaming": conns, "xread_clients_while_streaming": xreads,
         }
     finally:
         gw.stop()
