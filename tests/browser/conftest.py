@@ -103,7 +103,10 @@ def token_gateway(redis_url: str, llm: LLMFixture, workers: Any, tmp_path_factor
     yield from _gateway(redis_url, llm, tmp_path_factory.mktemp("gwt"), REACTQ_API_TOKEN="s3cret-token")
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an event loop running in this thread
+# until ``stop()``, and every later test of the session that calls ``asyncio.run`` (or is an
+# async test) would fail with "cannot be called from a running event loop".
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     sync_api = pytest.importorskip("playwright.sync_api", reason="the `browser` extra (playwright)")
     if not Path(CHROMIUM).exists() and not shutil.which("chromium"):
