@@ -33,7 +33,7 @@ import redis
 from reactq.shared.engine.next import Advance, CallLLM, Done, RunTools
 from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.keys import Keys
-from reactq.shared.llm.base import LLM
+from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.registry import ModelRegistry
 from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
     FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
@@ -202,25 +202,13 @@ def _on_commit(rec: Recorder, state: RunState, step_no: int, adv: Advance,
 
 # -- a metering wrapper for the models a worker uses -----------------------------------
 
-class MeteredLLM:
-    """An ``LLM`` that records each call's latency, errors and tokens, then delegates.
-
-    ``name``, ``abilities`` and ``context_size`` are the wrapped model's own (the same
-    objects); any other attribute (``model``, ``base_url``, …) is read through.
-    """
+class MeteredLLM(DelegatingLLM):
+    """An ``LLM`` that records each call's latency, errors and tokens, then delegates
+    (``DelegatingLLM``: the wrapped model's name, abilities and other attributes)."""
 
     def __init__(self, inner: LLM, recorder: Recorder) -> None:
-        self._inner = inner
+        super().__init__(inner)
         self._recorder = recorder
-        self.name = inner.name
-        self.abilities = inner.abilities
-        self.context_size = inner.context_size
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._inner, item)
-
-    def __repr__(self) -> str:
-        return f"MeteredLLM({self._inner!r})"
 
     async def chat(self, messages: list[ChatMessage], **kwargs: Any) -> LLMResult:
         started = time.perf_counter()
