@@ -14,6 +14,13 @@ import redis
 from reactq.shared.streams import text
 
 
+def arm_if_queued(r: redis.Redis, record_key: str, due_key: str, member: str, deadline_ms: int) -> None:
+    """Make a still-queued winner due again: it may have been killed between its claim and
+    its due entry (a second send of a first step is harmless: CAS on the step)."""
+    if text(r.hget(record_key, "status") or b"") == "queued":
+        r.zadd(due_key, {member: deadline_ms}, nx=True)
+
+
 def claim(r: redis.Redis, key: str, owner: str, ttl_seconds: int) -> str | None:
     """Claim ``key`` for ``owner``: None once it is ours, else the id that holds it."""
     while True:  # the key may expire between SET NX and GET: claim again

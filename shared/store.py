@@ -24,7 +24,7 @@ from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
-from reactq.shared.idempotency import claim
+from reactq.shared.idempotency import arm_if_queued, claim
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
@@ -175,10 +175,8 @@ class RunStore:
         if existing is None:
             self.r.zadd(self.keys.due, due)
             return run_id, True
-        # The winner may have been killed between its claim and its due entry: a run still
-        # queued is armed again (a second send of a first step is harmless: CAS on step_no).
-        if text(self.r.hget(self.keys.run(existing), "status") or b"") == "queued":
-            self.r.zadd(self.keys.due, {run_member(existing): deadline_ms(self.due_seconds)}, nx=True)
+        arm_if_queued(self.r, self.keys.run(existing), self.keys.due, run_member(existing),
+                      deadline_ms(self.due_seconds))
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(key)
         pipe.zrem(self.keys.runs, run_id)

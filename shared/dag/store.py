@@ -25,7 +25,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
-from reactq.shared.idempotency import claim
+from reactq.shared.idempotency import arm_if_queued, claim
 from reactq.shared.keys import Keys
 
 from .machine import result_of
@@ -115,8 +115,8 @@ class DagStore:
         if existing is None:
             self.r.zadd(self.keys.due, due)
             return dag_id, True
-        if text(self.r.hget(self.keys.dag(existing), "status") or b"") == "queued":
-            self.r.zadd(self.keys.due, {dag_member(existing): deadline_ms(self.due_seconds)}, nx=True)
+        arm_if_queued(self.r, self.keys.dag(existing), self.keys.due, dag_member(existing),
+                      deadline_ms(self.due_seconds))
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(self.keys.dag(dag_id))
         pipe.zrem(self.keys.due, dag_member(dag_id))
