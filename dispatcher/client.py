@@ -31,6 +31,7 @@ from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
+from reactq.shared.idempotency import idempotent_id
 
 
 def follow_events(read: Callable[[str | None, int], list[tuple[str, Event]]], exists: Callable[[], object],
@@ -179,7 +180,9 @@ class Dispatcher:
             from reactq.dispatcher.threads import submit_on_thread
 
             return submit_on_thread(self, req, run_id)
-        rid, created = self.store.create(run_id or uuid.uuid4().hex, req.model_dump(mode="json"),
+        if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
+            run_id = uuid.uuid4().hex if req.idempotency_key is None else idempotent_id(req.idempotency_key)
+        rid, created = self.store.create(run_id, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])

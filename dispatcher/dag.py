@@ -32,6 +32,7 @@ from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
 from reactq.shared.wire import DAG_ADVANCE, DAG_START
+from reactq.shared.idempotency import idempotent_id
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
 
@@ -142,7 +143,10 @@ class DagDispatcher:
         """Validate, store and enqueue. An ``idempotency_key`` seen before returns the
         existing DAG and enqueues nothing."""
         req = self.validate(request)
-        did, created = self.store.create(dag_id or uuid.uuid4().hex, req.model_dump(mode="json"),
+        if dag_id is None:  # a key names one id: a retry after a kill finds what it wrote
+            dag_id = (uuid.uuid4().hex if req.idempotency_key is None
+                      else idempotent_id(req.idempotency_key, kind="dag"))
+        did, created = self.store.create(dag_id, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key)
         if created:
             self.runs.send(DAG_START, [did])

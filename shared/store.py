@@ -24,7 +24,7 @@ from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
-from reactq.shared.idempotency import arm_if_queued, claim
+from reactq.shared.idempotency import arm_if_queued, claim, write_if_absent
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
@@ -139,9 +139,9 @@ class RunStore:
         idempotency key live in different slots of a Redis Cluster, so no one script may write
         them all (see ``keys.py``). The order makes a submitter killed half-way harmless: the
         run and its index rows are written first, the key claimed last (``SET NX``, in
-        ``reactq.shared.idempotency``), so a key never points at no run; a submitter that loses the key to an earlier one removes the
-        run it wrote, and one killed before claiming it leaves a queued run nobody enqueued,
-        as a kill before enqueueing always did (the listing skips rows whose run is gone).
+        ``reactq.shared.idempotency``), so a key never points at no run. With a key, pass the
+        id ``idempotent_id(key)`` names: the record is written only if absent, so the retry
+        of a submitter killed before its claim finds and claims the run it wrote.
         """
         now = time.time()
         key = self.keys.run(run_id)
@@ -153,8 +153,38 @@ class RunStore:
             fields["batch_id"] = batch_id
         if thread_id:
             fields["thread_id"] = thread_id
+        due = {run_member(run_id): deadline_ms(self.due_seconds)}
         pipe = self.r.pipeline(transaction=False)  # one round trip on one server
-        pipe.hset(key, mapping=fields)
+        if idempotency_key is None:
+            pipe.hset(key, mapping=fields)
+            self._index(pipe, run_id, now, batch_id, thread_id)
+            # Due from the moment it exists (its first message may be lost with a worker).
+            pipe.zadd(self.keys.due, due)
+            pipe.execute()
+            return run_id, True
+        # With a key, the id comes from the key (``idempotent_id``): a creator killed before
+        # its claim left this very record, which its retry finds here and claims; nothing
+        # is due before the key is ours, and a record that exists is never rewritten.
+        wrote = write_if_absent(self.r, key, fields)
+        if wrote:
+            self._index(pipe, run_id, now, batch_id, thread_id)
+            pipe.execute()
+        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        if existing is None:
+            self.r.zadd(self.keys.due, due)
+            return run_id, True
+        arm_if_queued(self.r, self.keys.run(existing), self.keys.due, run_member(existing),
+                      deadline_ms(self.due_seconds))
+        if existing != run_id and wrote:  # lost to a run with another id: remove ours
+            pipe = self.r.pipeline(transaction=False)
+            pipe.delete(key)
+            pipe.zrem(self.keys.runs, run_id)
+            pipe.zrem(self.keys.runs_status("queued"), run_id)
+            pipe.execute()
+        return existing, False
+
+    def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str) -> None:
+        """The run's rows in the run index (``reactq.shared.runs_index``)."""
         for index in (self.keys.runs, self.keys.runs_status("queued")):
             pipe.zadd(index, {run_id: now})
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
@@ -162,28 +192,6 @@ class RunStore:
                      ([self.keys.runs_thread(thread_id)] if thread_id else []):
             pipe.zadd(index, {run_id: now})
             pipe.expire(index, self._index_ttl)
-        due = {run_member(run_id): deadline_ms(self.due_seconds)}
-        if idempotency_key is None:
-            # Due from the moment it exists (its first message may be lost with a worker).
-            pipe.zadd(self.keys.due, due)
-            pipe.execute()
-            return run_id, True
-        # With a key, the run is due only once the key is ours: a submitter killed before
-        # its claim must leave nothing that runs (its retry makes the run the key names).
-        pipe.execute()
-        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
-        if existing is None:
-            self.r.zadd(self.keys.due, due)
-            return run_id, True
-        arm_if_queued(self.r, self.keys.run(existing), self.keys.due, run_member(existing),
-                      deadline_ms(self.due_seconds))
-        pipe = self.r.pipeline(transaction=False)
-        pipe.delete(key)
-        pipe.zrem(self.keys.runs, run_id)
-        pipe.zrem(self.keys.runs_status("queued"), run_id)
-        pipe.zrem(self.keys.due, run_member(run_id))
-        pipe.execute()
-        return existing, False
 
     def load(self, run_id: str) -> RunRecord:
         raw = self.r.hgetall(self.keys.run(run_id))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from reactq.shared.due import run_member
 from reactq.shared.keys import Keys
 from reactq.shared.models import ChatMessage
 from reactq.shared.store import RunStore
+from reactq.shared.idempotency import idempotent_id
 
 # KEYS: thread hash, runs list, queue list, history list. ARGV: run id, strategy, runs
 # entry (JSON), now. Returns {decision, active run id or ''}.
@@ -249,7 +249,8 @@ def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
     for msg in leftovers:
         req = {**request, "query": msg.content, "multitask_strategy": "enqueue",
                "idempotency_key": f"followup:{state.run_id}:{msg.id}"}
-        rid, _ = runs.create(uuid.uuid4().hex, req, idempotency_key=req["idempotency_key"])
+        key = req["idempotency_key"]
+        rid, _ = runs.create(idempotent_id(key), req, idempotency_key=key)
         out.append((rid, msg.content))
     return out
 

@@ -25,7 +25,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
-from reactq.shared.idempotency import arm_if_queued, claim
+from reactq.shared.idempotency import arm_if_queued, claim, write_if_absent
 from reactq.shared.keys import Keys
 
 from .machine import result_of
@@ -95,21 +95,24 @@ class DagStore:
         """Store a new queued DAG. A key used before returns ``(existing_id, False)``.
 
         As for runs (``RunStore.create``): the DAG is written first and the key claimed last
-        (``reactq.shared.idempotency``), so the id a key names is always stored; a creator
-        that loses the key removes the DAG it wrote."""
+        (``reactq.shared.idempotency``), so the id a key names is always stored; with a key,
+        pass ``idempotent_id(key, kind="dag")`` so that a retry finds what a killed creator
+        wrote. A creator that loses the key to another id removes the DAG it wrote."""
         now = f"{time.time():.6f}"
-        pipe = self.r.pipeline(transaction=False)  # two slots on a Redis Cluster
-        pipe.hset(self.keys.dag(dag_id), mapping={
+        key = self.keys.dag(dag_id)
+        fields: dict[Any, str | int] = {
             "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
-            "version": 0, "pub_seq": 0, "phase": "planning", "round": 0})
+            "version": 0, "pub_seq": 0, "phase": "planning", "round": 0}
         due = {dag_member(dag_id): deadline_ms(self.due_seconds)}
         if idempotency_key is None:
+            pipe = self.r.pipeline(transaction=False)  # two slots on a Redis Cluster
+            pipe.hset(key, mapping=fields)
             pipe.zadd(self.keys.due, due)  # due from the moment it exists
             pipe.execute()
             return dag_id, True
-        # With a key, due only once the key is ours (as for runs: a creator killed before its
-        # claim leaves nothing that runs); a winner still queued is armed again.
-        pipe.execute()
+        # With a key (its id ``idempotent_id(key, kind="dag")``), written only if absent and
+        # due only once the key is ours, as for runs; a winner still queued is armed again.
+        wrote = write_if_absent(self.r, key, fields)
         # Namespaced: a run and a DAG may carry the same key without meeting.
         existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}"), dag_id, self.ttl)
         if existing is None:
@@ -117,10 +120,8 @@ class DagStore:
             return dag_id, True
         arm_if_queued(self.r, self.keys.dag(existing), self.keys.due, dag_member(existing),
                       deadline_ms(self.due_seconds))
-        pipe = self.r.pipeline(transaction=False)
-        pipe.delete(self.keys.dag(dag_id))
-        pipe.zrem(self.keys.due, dag_member(dag_id))
-        pipe.execute()
+        if existing != dag_id and wrote:  # lost to a DAG with another id: remove ours
+            self.r.delete(key)
         return existing, False
 
     def load(self, dag_id: str) -> DagRecord:

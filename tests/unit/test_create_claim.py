@@ -15,6 +15,7 @@ from reactq.shared.dag import store as dag_store_module
 from reactq.shared.dag.store import DagStore
 from reactq.shared.due import dag_member, run_member
 from reactq.shared.keys import Keys
+from reactq.shared.idempotency import idempotent_id
 from reactq.shared.store import RunStore
 
 
@@ -65,3 +66,37 @@ def test_a_dag_creator_killed_before_its_claim_leaves_nothing_due(r, monkeypatch
     monkeypatch.undo()
     assert dags.create("winner", {"goal": "g"}, idempotency_key="k") == ("winner", True)
     assert r.zscore(Keys().due, dag_member("winner")) is not None
+
+
+def test_a_retried_create_reuses_the_run_a_killed_creator_wrote(r, monkeypatch) -> None:
+    """The id a key names is derived from the key: a retry after a kill between write and
+    claim finds the same record instead of leaving an orphan beside a second run."""
+    runs = RunStore(r)
+    rid = idempotent_id("line-1")
+    monkeypatch.setattr(run_store_module, "claim", _die)
+    with pytest.raises(Killed):
+        runs.create(rid, {"query": "q"}, idempotency_key="line-1")
+    monkeypatch.undo()
+    assert runs.create(idempotent_id("line-1"), {"query": "q"}, idempotency_key="line-1") == (rid, True)
+    assert r.zcard(Keys().runs) == 1 and r.zscore(Keys().due, run_member(rid)) is not None
+
+
+def test_a_create_never_rewrites_a_run_that_has_started(r) -> None:
+    runs = RunStore(r)
+    rid = idempotent_id("k")
+    assert runs.create(rid, {"query": "q"}, idempotency_key="k") == (rid, True)
+    r.hset(Keys().run(rid), mapping={"status": "running", "step_no": 3})
+    assert runs.create(rid, {"query": "q"}, idempotency_key="k") == (rid, False)
+    assert r.hget(Keys().run(rid), "status") == b"running" and r.hget(Keys().run(rid), "step_no") == b"3"
+
+
+def test_a_retried_dag_create_reuses_the_dag_a_killed_creator_wrote(r, monkeypatch) -> None:
+    dags = DagStore(r)
+    did = idempotent_id("k", kind="dag")
+    assert did != idempotent_id("k")  # a run and a DAG with one key are different things
+    monkeypatch.setattr(dag_store_module, "claim", _die)
+    with pytest.raises(Killed):
+        dags.create(did, {"goal": "g"}, idempotency_key="k")
+    monkeypatch.undo()
+    assert dags.create(did, {"goal": "g"}, idempotency_key="k") == (did, True)
+    assert r.zscore(Keys().due, dag_member(did)) is not None
