@@ -15,6 +15,7 @@ written after the publish so the event itself is not delayed): that is how P5 me
 "published by a worker → received by a client" across processes.
 
 ``BENCH_EXPERIMENTS`` (comma-separated) applies proposed fixes: see ``bench.experiments``.
+``BENCH_RTT_DIR`` counts the worker's Redis round trips into that folder (``bench.rtt``).
 """
 
 from __future__ import annotations
@@ -84,5 +85,10 @@ def _instrument_publish_times() -> None:
 
 if os.environ.get("BENCH_PUBTIMES") == "1":
     _instrument_publish_times()
+
+if os.environ.get("BENCH_RTT_DIR"):
+    from bench import rtt_probe
+
+    rtt_probe.install(os.environ["BENCH_RTT_DIR"])
 
 experiments.apply()  # BENCH_EXPERIMENTS: proposed fixes, measured before/after (off by default)
