@@ -8,7 +8,8 @@ its id and the run's Lua scripts touch one slot, on one shard.
 |-----------------------------------|--------|-----------------------|-----------------------------|
 | ``run:{id}``                      | hash   | dispatcher, workers   | ``run_ttl`` after it ends   |
 |   fields: status, request, result, created_at, updated_at (contract); state, step_no,
-|   pub_seq (last published event seq), turn (the pending tool turn), cancel, error
+|   pub_seq (last published event seq), turn (the pending tool turn), turn_began (when its
+|   LLM call began), icursor (the committed interrupt cursor), cancel, error
 | ``run:{id}:events``               | stream | workers (Lua, by seq) | with the run; ``MAXLEN ~``  |
 | ``run:{id}:interrupts``           | stream | dispatcher            | with the run                |
 | ``run:{id}:tools``                | hash   | tool tasks (ledger)   | with the run                |

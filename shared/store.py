@@ -6,6 +6,12 @@ the engine assigns seqs deterministically from the saved state, a redelivered st
 re-creates the same seqs and publishes nothing twice. ``commit`` saves the state with
 compare-and-set on ``step_no`` and publishes the step's events in the same script, so
 state and events never disagree.
+
+A worker's step makes two round trips of its own here (``workers/drive.py``): ``load_step``
+(the run, the interrupts after the committed cursor and the ledger records of the pending
+turn, in one script) and ``commit`` (which carries the step's metrics when it wins, and
+whatever the caller sends with it: the lease hand-off, deferred writes). ``after_llm`` is the
+read a step needs after its LLM call (new interrupts, the cancel flag).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -27,72 +34,12 @@ from reactq.shared.events import Event, dumps
 from reactq.shared.idempotency import arm_if_queued, claim, write_if_absent
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
-from reactq.shared.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
+from reactq.shared.roundtrip import Op, Read, checked, execute, failed
+from reactq.shared.store_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD, inline_ops
+from reactq.shared.streams import PUBLISH, entries_after, read_events, text, triples
 
-# KEYS: run hash, events, interrupts, tools ledger (one run: one slot), then the due set
-# (only on a single server: on a Redis Cluster it is another slot, and the caller writes the
-# same due entries right after). ARGV: expected step_no, state, new step_no, status, result
-# ('' = none), now, ttl (0 = keep), maxlen, turn ('' = none), n, run member, n (deadline,
-# member) pairs (n = 0: the run is over, remove its member), then event triples. Returns {last published seq, the status before,
-# created_at}, or -1 when stale. The run index's status sets live in other slots: the
-# caller moves the run between them after the commit (see RunStore.commit).
-_COMMIT = PUBLISH_FN + """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
-if cur ~= tonumber(ARGV[1]) then return -1 end
-local old = redis.call('HGET', KEYS[1], 'status') or ''
-local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
-if ARGV[9] ~= '' then redis.call('HSET', KEYS[1], 'turn', ARGV[9]) else redis.call('HDEL', KEYS[1], 'turn') end
-local n = tonumber(ARGV[10])
-if #KEYS >= 5 then
-  if n == 0 then
-    redis.call('ZREM', KEYS[5], ARGV[11])
-  else
-    redis.call('ZADD', KEYS[5], unpack(ARGV, 12, 11 + 2 * n))
-  end
-end
-local last = publish(KEYS[1], KEYS[2], ARGV[8], 12 + 2 * n)
-local ttl = tonumber(ARGV[7])
-if ttl > 0 then
-  for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
-end
-return {last, old, created}
-"""
-
-
-# KEYS: tools ledger. ARGV: call id, the done record. The first "done" wins: a stale worker
-# (partitioned, then back) that finishes a call another worker already finished is refused.
-_LEDGER_DONE = """
-local cur = redis.call('HGET', KEYS[1], ARGV[1])
-if cur and cjson.decode(cur)['status'] == 'done' then return 0 end
-redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return 1
-"""
-
-# The statuses the run index keeps a set for (the order of _COMMIT's extra KEYS).
+# The statuses the run index keeps a set for.
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
-
-# KEYS: fan-in set, run hash. ARGV: member, ttl. Returns the set's size after adding.
-# KEYS: fan-in set, run hash, then the due set (single server only, as for _COMMIT).
-# ARGV: call id, ttl, tool member, run member, calls in the turn, deadline ms, the turn's
-# step_no. Returns {the set's size, 1 when the turn is complete and still current}. The call
-# is no longer due; once the turn is complete (and current) the run's next step is.
-_FANIN = """
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-local c = redis.call('SCARD', KEYS[1])
-local ready = 0
-if c >= tonumber(ARGV[5]) and tonumber(redis.call('HGET', KEYS[2], 'step_no') or '-1') == tonumber(ARGV[7]) then
-  ready = 1
-end
-if #KEYS >= 3 then
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  if ready == 1 then redis.call('ZADD', KEYS[3], ARGV[6], ARGV[4]) end
-end
-return {c, ready}
-"""
-
 
 @dataclass
 class RunRecord:
@@ -107,6 +54,12 @@ class RunRecord:
     cancel: bool
     created_at: float
     result: dict[str, Any] | None
+    interrupts: list[Interrupt] | None = None
+    """With ``load_step``: the interrupts after the committed cursor."""
+    ledger: dict[str, dict[str, Any]] | None = None
+    """With ``load_step``: the ledger records of the pending turn's calls (those written)."""
+    turn_began: float | None = None
+    """When the pending tool turn's LLM call began (metrics: the turn's duration)."""
 
 
 class RunStore:
@@ -125,9 +78,11 @@ class RunStore:
         # Idempotency keys and the run index outlive any run (queued + running + TTL).
         self._index_ttl = ttl_seconds + 7 * 86400
         self._publish = client.register_script(PUBLISH)
-        self._commit = client.register_script(_COMMIT)
-        self._fanin = client.register_script(_FANIN)
-        self._ledger_done = client.register_script(_LEDGER_DONE)
+        self._commit = client.register_script(COMMIT)
+        self._load = client.register_script(LOAD)
+        self._after_llm = client.register_script(AFTER_LLM)
+        self._fanin = client.register_script(FANIN)
+        self._ledger_done = client.register_script(LEDGER_DONE)
 
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
@@ -194,18 +149,31 @@ class RunStore:
             pipe.expire(index, self._index_ttl)
 
     def load(self, run_id: str) -> RunRecord:
-        raw = self.r.hgetall(self.keys.run(run_id))
-        if not raw:
-            raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        f = {text(k): v for k, v in raw.items()}
-        state = load_state(f["state"]) if "state" in f else None
-        return RunRecord(
-            run_id=run_id, status=text(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
-            pub_seq=int(f.get("pub_seq", 0)), state=state,
-            request=json.loads(f["request"]) if "request" in f else {},
-            cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
-            result=json.loads(f["result"]) if "result" in f else None,
-        )
+        return _record(run_id, {text(k): v for k, v in self.r.hgetall(self.keys.run(run_id)).items()})
+
+    def load_step(self, run_id: str) -> Read[RunRecord]:
+        """What a step needs, in one script call (``RunRecord`` with ``interrupts`` and
+        ``ledger``): run it, or queue it into another round trip (the lease's)."""
+        keys = [self.keys.run(run_id), self.keys.run_interrupts(run_id), self.keys.run_tools(run_id)]
+
+        def parse(replies: list[Any]) -> RunRecord:
+            flat, entries, ids, recs = replies[0]
+            rec = _record(run_id, {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)})
+            rec.interrupts = _interrupts(entries)
+            rec.ledger = {text(i): json.loads(r) for i, r in zip(ids, recs, strict=True) if r}
+            return rec
+
+        return Read([Op.call(self._load, keys, [])], parse)
+
+    def after_llm(self, run_id: str, cursor: str | None, *,
+                  then: list[Op] | None = None) -> tuple[list[Interrupt], bool]:
+        """The read a step makes once its LLM call returned: the interrupts after ``cursor``
+        and the cancel flag, in one round trip with ``then`` (deferred writes)."""
+        keys = [self.keys.run(run_id), self.keys.run_interrupts(run_id)]
+        replies = execute(self.r, [*(then or []), Op.call(self._after_llm, keys, [cursor or ""])])
+        failed(replies[:-1])
+        entries, cancel = checked(replies[-1])
+        return _interrupts(entries), text(cancel) == "1"
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
@@ -217,8 +185,15 @@ class RunStore:
                 "updated_at": float(updated or 0), "events": int(pub or 0),
                 "result": json.loads(result) if result else None}
 
-    def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event]) -> bool:
-        """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale."""
+    def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event], *,
+               turn_began: float | None = None, ops: list[Op] | None = None,
+               then: list[Op] | None = None) -> bool:
+        """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale.
+
+        ``ops`` (hash writes: the step's metrics) are applied only when the commit wins, in
+        its script on one server, right after it on a cluster. ``then`` goes out in the same
+        round trip after the commit whatever its outcome (the lease hand-off, deferred
+        writes); on a cluster it follows in a round trip of its own."""
         state.step_no = expected_step_no + 1
         nxt = next_step(state)
         done = nxt.result if isinstance(nxt, Done) else None
@@ -226,16 +201,28 @@ class RunStore:
         status = done.status if done is not None else "running"
         turn = dumps(turn_summary(state)) if isinstance(nxt, RunTools) else ""
         args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
-                           f"{time.time():.6f}", self.ttl if done is not None else 0, self.maxlen, turn]
+                           f"{time.time():.6f}", self.ttl if done is not None else 0, self.maxlen, turn,
+                           f"{turn_began:.6f}" if turn and turn_began else "",
+                           state.interrupt_cursor or "", "0" if self._cluster else "1"]
         due = _due_args(run_id, nxt, self.due_seconds)
-        args += due
-        args += triples(events)
-        keys = self.keys.run_keys(run_id) + ([] if self._cluster else [self.keys.due])
-        out = self._commit(keys=keys, args=args)
+        keys = self.keys.run_keys(run_id)
+        op_keys, op_args = inline_ops([] if self._cluster else ops or [])
+        if not self._cluster:
+            keys += [self.keys.due, *op_keys]
+        args += due + op_args + triples(events)
+        if self._cluster:
+            out = self._commit(keys=keys, args=args)
+        else:
+            replies = execute(self.r, [Op.call(self._commit, keys, args), *(then or [])])
+            failed(replies[1:])
+            out = checked(replies[0])
+        if isinstance(out, list) and self._cluster:
+            self._write_due(due)
+            failed(execute(self.r, ops or []))
+        if self._cluster and then:
+            failed(execute(self.r, then))
         if not isinstance(out, list):
             return False
-        if self._cluster:
-            self._write_due(due)
         if text(out[1]) != status:
             self._index_status(run_id, status, float(text(out[2]) or 0))
         return True
@@ -278,11 +265,7 @@ class RunStore:
         return msg_id
 
     def interrupts_after(self, run_id: str, cursor: str | None) -> list[Interrupt]:
-        out = []
-        for entry_id, fields in entries_after(self.r, self.keys.run_interrupts(run_id), cursor):
-            f = {text(k): text(v) for k, v in fields.items()}
-            out.append(Interrupt(id=f.get("id", text(entry_id)), content=f["content"], cursor=text(entry_id)))
-        return out
+        return _interrupts(entries_after(self.r, self.keys.run_interrupts(run_id), cursor))
 
     def request_cancel(self, run_id: str) -> None:
         self.r.hset(self.keys.run(run_id), "cancel", "1")
@@ -316,13 +299,7 @@ class RunStore:
         if not call_ids:
             return {}
         raws = self.r.hmget(self.keys.run_tools(run_id), call_ids)
-        out = {}
-        for cid, raw in zip(call_ids, raws, strict=True):
-            if raw:
-                rec = json.loads(raw)
-                if rec.get("status") == "done":
-                    out[cid] = ToolOutcome.model_validate(rec["outcome"])
-        return out
+        return outcomes_of({c: json.loads(r) for c, r in zip(call_ids, raws, strict=True) if r}, call_ids)
 
     def fanin(self, run_id: str, step_no: int, call_id: str, calls: int) -> int:
         """Count ``call_id`` in; returns how many of the turn's ``calls`` are in. The call
@@ -363,3 +340,35 @@ def _due_args(run_id: str, nxt: Next, bound: float) -> list[Any]:
             return [1, member, due, member]
         case _:
             assert_never(nxt)
+
+
+def _record(run_id: str, f: dict[str, Any]) -> RunRecord:
+    """A run hash (field names as text) as a ``RunRecord``."""
+    if not f:
+        raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
+    began = f.get("turn_began")
+    return RunRecord(
+        run_id=run_id, status=text(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
+        pub_seq=int(f.get("pub_seq", 0)), state=load_state(f["state"]) if "state" in f else None,
+        request=json.loads(f["request"]) if "request" in f else {},
+        cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
+        result=json.loads(f["result"]) if "result" in f else None,
+        turn_began=float(began) if began else None,
+    )
+
+
+def _interrupts(entries: list[Any]) -> list[Interrupt]:
+    """Interrupt stream entries (fields as a dict, or as a flat list from a script)."""
+    out = []
+    for entry_id, fields in entries:
+        pairs: Iterable[tuple[Any, Any]] = (
+            fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=True))
+        f = {text(k): text(v) for k, v in pairs}
+        out.append(Interrupt(id=f.get("id", text(entry_id)), content=f["content"], cursor=text(entry_id)))
+    return out
+
+
+def outcomes_of(records: dict[str, dict[str, Any]], call_ids: list[str]) -> dict[str, ToolOutcome]:
+    """The recorded outcomes (status ``done``) among ledger ``records``, for ``call_ids``."""
+    return {cid: ToolOutcome.model_validate(rec["outcome"]) for cid in call_ids
+            if (rec := records.get(cid)) is not None and rec.get("status") == "done"}

@@ -5,6 +5,15 @@ Each function is what one task does; ``workers/tasks.py`` only wires them to Cel
 Every function is safe to run twice for the same step: a stale ``step_no`` is a no-op,
 ``commit`` is compare-and-set, events are published by seq, and the tool ledger makes a
 recorded tool call never run again.
+
+Round trips. A task's load (``RunStore.load_step``: the run, its cancel flag, the interrupts
+after the committed cursor, the ledger records of a pending turn) shares the round trip of
+the lease (``tasks.py``); each step then commits once, and the commit carries the step's
+metrics and, when it ends the task's work, the lease's release (``Leases.handoff``). Between
+the two, a step that calls its LLM makes two more: the live ``thinking start`` before the
+call (watchers see it at once, not with the commit) and one read after it (interrupts the
+user sent meanwhile and the cancel flag), which also carries what the call deferred (the
+flow limiter's settle, the token spend, metrics: ``reactq.shared.roundtrip``).
 """
 
 from __future__ import annotations
@@ -21,12 +30,14 @@ from reactq.shared.engine import ending, loop, steps
 from reactq.shared.engine.next import (
     Advance, Answer, CallLLM, Done, Next, RunTools, SelectTools, advanced, next_step,
 )
-from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
+from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.events import Event
 from reactq.shared.inprocess import new_state
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.requests import RunRequest
-from reactq.shared.store import RunRecord
+from reactq.shared.roundtrip import take
+from reactq.shared.store import RunRecord, outcomes_of
+from reactq.workers.stepio import LoadedIO, StoreIO
 from reactq.shared.errors import RateLimited
 from reactq.shared.wire import ANSWER, DAG_STEP_DONE, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import faults, flow, metrics, threads
@@ -39,57 +50,50 @@ Send = Callable[[str, list[Any], str], None]
 RUNS, TOOLS = RUNS_QUEUE, TOOLS_QUEUE
 
 
-class StoreIO:
-    """StepIO over the run store: live events are published at once (guarded by seq)."""
-
-    def __init__(self, rt: Runtime, run_id: str) -> None:
-        self.rt = rt
-        self.run_id = run_id
-
-    async def publish(self, events: list[Event]) -> None:
-        self.rt.store.publish(self.run_id, events)
-
-    async def interrupts(self, after: str | None) -> list[Interrupt]:
-        return self.rt.store.interrupts_after(self.run_id, after)
-
-
-def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
+def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send,
+            rec: RunRecord | None = None) -> None:
     """Advance a run whose next step is selection, an LLM turn or a fan-in; hand any other
-    on (the watchdog resends ``reactq.iterate`` whatever the step).
+    on (the watchdog resends ``reactq.iterate`` whatever the step). ``rec``: the task's load
+    (``RunStore.load_step``), when the lease's round trip brought it.
 
     Steps that need no other task (selection, an LLM turn that leads to another LLM turn,
     the fan-in followed by the next turn) run back to back in this task: each is committed
     on its own, so a crash loses at most the step in flight, and a turn costs two task hops
     (iterate → tools → iterate) instead of three.
     """
-    rec = rt.store.load(run_id)
+    rec = rec or rt.store.load_step(run_id).run(rt.redis)
     if _stale(rec, step_no):
         return
     state = rec.state or _initial_state(rt, rec)
     if rec.state is None and not threads.prepare(rt, rec, state):
         return
     flow.set_message_priority(state)
+    io = StoreIO(rt, run_id, rec.cancel)
     current = rec.step_no
+    loaded: RunRecord | None = rec  # what the load read serves the task's first step only
     while True:
         began = time.time()
-        adv = _advance(rt, state, current, send)
-        if adv is None or not _commit(rt, state, current, adv, send, chain=True, began=began):
+        adv = _advance(rt, state, current, send, io, loaded)
+        if adv is None or not _commit(rt, state, current, adv, send, chain=True, began=began,
+                                      turn_began=loaded.turn_began if loaded else None):
             return
+        loaded = None
         current = state.step_no
 
 
-def _advance(rt: Runtime, state: RunState, step_no: int, send: Send) -> Advance | None:
+def _advance(rt: Runtime, state: RunState, step_no: int, send: Send, io: StoreIO,
+             loaded: RunRecord | None) -> Advance | None:
     """Take the run's next step in this task; None when there is nothing to commit here."""
     nxt = next_step(state)
     match nxt:
-        case SelectTools() | CallLLM() | RunTools() if rt.store.cancel_requested(state.run_id):
+        case SelectTools() | CallLLM() | RunTools() if io.cancel:
             return advanced(state, threads.stop(rt, state, rt.deps_for(state).clock()))
         case SelectTools():
-            return _gated(rt, state, steps.select_step, step_no, send)
+            return _gated(rt, state, steps.select_step, step_no, send, io)
         case CallLLM():
-            return _gated(rt, state, steps.llm_step, step_no, send)
+            return _gated(rt, state, steps.llm_step, step_no, send, io)
         case RunTools(calls=calls):
-            return _fan_in(rt, state, calls, step_no, send)
+            return _fan_in(rt, state, calls, step_no, send, io, loaded)
         case Answer():
             send(ANSWER, [state.run_id, step_no], RUNS)
             return None
@@ -103,7 +107,8 @@ def _advance(rt: Runtime, state: RunState, step_no: int, send: Send) -> Advance 
 StepFn = Callable[[RunState, steps.EngineDeps, steps.StepIO], Coroutine[Any, Any, Advance]]
 
 
-def _gated(rt: Runtime, state: RunState, step: StepFn, step_no: int, send: Send) -> Advance | None:
+def _gated(rt: Runtime, state: RunState, step: StepFn, step_no: int, send: Send,
+           io: StoreIO) -> Advance | None:
     """Selection or an LLM turn, once the flow gate lets it call its model."""
     gate = flow.gate(rt, state, rt.deps_for(state))
     if gate.events is not None:  # the token budget is used up: the run ends here
@@ -113,13 +118,14 @@ def _gated(rt: Runtime, state: RunState, step: StepFn, step_no: int, send: Send)
         return None
     try:
         with flow.scoped(gate):
-            adv = _llm_or_select(rt, state, step)
+            adv = _llm_or_select(rt, state, step, io)
     except RateLimited as wait:
         _defer_stored(rt, state.run_id, wait, send, ITERATE)
         return None
-    if isinstance(adv.next, RunTools) and rt.store.cancel_requested(state.run_id):
+    if isinstance(adv.next, RunTools) and io.cancel:
         # Asked to stop (cancel, or a newer message on its thread) while the LLM was
-        # thinking: the calls it just made are answered, never sent to a tool.
+        # thinking (the flag as read right after the call): the calls it just made are
+        # answered, never sent to a tool.
         stop = threads.stop(rt, state, rt.deps_for(state).clock())
         return advanced(state, adv.events + stop, adv.step)
     return adv
@@ -130,10 +136,10 @@ def _cancellable(rt: Runtime, run_id: str, coro: Any) -> Any:
     return rt.run(until_cancelled(coro, lambda: rt.store.cancel_requested(run_id)))
 
 
-def _llm_or_select(rt: Runtime, state: RunState, step: StepFn) -> Advance:
+def _llm_or_select(rt: Runtime, state: RunState, step: StepFn, io: StoreIO) -> Advance:
     deps = rt.deps_for(state)
     try:
-        adv: Advance = _cancellable(rt, state.run_id, step(state, deps, StoreIO(rt, state.run_id)))
+        adv: Advance = _cancellable(rt, state.run_id, step(state, deps, io))
         return adv
     except RateLimited:
         raise  # not a failure: the step is sent again once the model has capacity
@@ -146,9 +152,10 @@ def _llm_or_select(rt: Runtime, state: RunState, step: StepFn) -> Advance:
         return advanced(state, ending.fail(state, exc, now=deps.clock()))
 
 
-def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send) -> None:
-    """Stream the synthesis and finish the run."""
-    rec = rt.store.load(run_id)
+def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send,
+           rec: RunRecord | None = None) -> None:
+    """Stream the synthesis and finish the run (``rec``: as for ``iterate``)."""
+    rec = rec or rt.store.load_step(run_id).run(rt.redis)
     state = rec.state
     if state is None or _stale(rec, step_no):
         return
@@ -209,9 +216,14 @@ def _defer_stored(rt: Runtime, run_id: str, wait: RateLimited, send: Send, task:
 
 
 def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], step_no: int,
-            send: Send) -> Advance | None:
-    """All of the turn's outcomes are in ⇒ finishing the turn; else None."""
-    outcomes = rt.store.ledger_outcomes(state.run_id, [c.id for c in calls])
+            send: Send, io: StoreIO, loaded: RunRecord | None) -> Advance | None:
+    """All of the turn's outcomes are in ⇒ finishing the turn; else None. ``loaded``: the
+    task's load, with the turn's ledger records and the interrupts (no round trip here)."""
+    ids = [c.id for c in calls]
+    if loaded is not None and loaded.ledger is not None:
+        outcomes = outcomes_of(loaded.ledger, ids)
+    else:
+        outcomes = rt.store.ledger_outcomes(state.run_id, ids)
     if len(outcomes) < len(calls):
         # Resumed by the watchdog before every tool reported: send what nobody is running.
         for call in calls:
@@ -220,7 +232,8 @@ def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], st
         return None
     deps = rt.deps_for(state)
     events = _uncertain_events(state, outcomes) + _crashed_events(state, outcomes)
-    adv: Advance = rt.run(steps.finish_tools(state, deps, StoreIO(rt, state.run_id), outcomes))
+    step_io: steps.StepIO = io if loaded is None or loaded.interrupts is None else LoadedIO(io, loaded.interrupts)
+    adv: Advance = rt.run(steps.finish_tools(state, deps, step_io, outcomes))
     return replace(adv, events=events + adv.events)
 
 
@@ -241,18 +254,30 @@ def _crashed_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[E
 
 
 def _commit(rt: Runtime, state: RunState, step_no: int, adv: Advance, send: Send, *,
-            chain: bool = False, began: float | None = None) -> bool:
+            chain: bool = False, began: float | None = None, turn_began: float | None = None) -> bool:
     """Save the step, then carry out what comes next. True when this task goes on with it
-    itself (``chain``: selection and LLM turns); False otherwise, or when the step was stale."""
-    return _save(rt, state, step_no, adv, began) and _enqueue(rt, state, adv.next, send, chain=chain)
+    itself (``chain``: selection and LLM turns); False otherwise, or when the step was stale.
+    A step after which this task only sends the next task (tools, the synthesis) or nothing
+    (a run that ends with no thread, DAG or wait to tell) hands its lease over in the commit's
+    round trip: the commit's due record covers the sends."""
+    handoff = isinstance(adv.next, RunTools | Answer) or (
+        isinstance(adv.next, Done) and not state.thread_id and state.rate_limited_since is None
+        and not isinstance(state.metadata.get("_dag"), dict))
+    return (_save(rt, state, step_no, adv, began, turn_began=turn_began, handoff=handoff)
+            and _enqueue(rt, state, adv.next, send, chain=chain))
 
 
-def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float | None = None) -> bool:
-    """Commit the step (compare-and-set on ``step_no``); False when it was stale."""
-    if not rt.store.commit(state.run_id, state, step_no, adv.events):
+def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float | None = None, *,
+          turn_began: float | None = None, handoff: bool = False) -> bool:
+    """Commit the step (compare-and-set on ``step_no``) with its metrics, the lease's release
+    (``handoff``) and the step's deferred writes, in one round trip; False when it was stale."""
+    ops = metrics.commit_ops(rt, state, step_no, adv, began, turn_began)
+    release = rt.leases.handoff() if handoff else None
+    then = ([release] if release is not None else []) + take()
+    if not rt.store.commit(state.run_id, state, step_no, adv.events, ops=ops, then=then,
+                           turn_began=began if isinstance(adv.next, RunTools) else None):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
         return False
-    metrics.on_commit(rt, state, step_no, adv, began)
     faults.point("after_commit")
     return True
 

@@ -38,6 +38,7 @@ from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, ad
 from reactq.shared.llm.base import LLM
 from reactq.shared.due import run_member
 from reactq.shared.redisconn import broker_url
+from reactq.shared.roundtrip import Op, checked, defer, execute, failed, take
 from reactq.shared.settings import Settings
 from reactq.shared.wire import message_priorities
 
@@ -66,7 +67,9 @@ def flow_control(rt: Runtime) -> FlowControl:
     from reactq.workers import flow_metrics
 
     def on_spend(run_id: str, tokens: int) -> None:
-        rt.redis.hincrby(rt.keys.run(run_id), SPENT_FIELD, tokens)
+        # With the step's next round trip (right after the call: its read of interrupts, or
+        # the flow limiter's next admission; ``spent`` takes it along too).
+        defer(rt.redis, [Op(("HINCRBY", rt.keys.run(run_id), SPENT_FIELD, tokens))])
 
     return FlowControl(limiter=FlowLimiter(rt.redis, rt.keys), on_spend=on_spend,
                        on_event=flow_metrics.recorder(rt),
@@ -75,7 +78,10 @@ def flow_control(rt: Runtime) -> FlowControl:
 
 
 def spent(rt: Runtime, run_id: str) -> int:
-    return int(rt.redis.hget(rt.keys.run(run_id), SPENT_FIELD) or 0)
+    """The run's recorded spend, with the spends still deferred in this step sent first."""
+    replies = execute(rt.redis, [*take(), Op(("HGET", rt.keys.run(run_id), SPENT_FIELD))])
+    failed(replies[:-1])
+    return int(checked(replies[-1]) or 0)
 
 
 def _step_call(state: RunState, deps: EngineDeps) -> tuple[LLM, int] | None:

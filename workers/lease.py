@@ -13,9 +13,11 @@ took the lease, is the durable ``due`` record and its watchdog (``workers/due.py
 only says "taken, and alive".
 
 Cost per task (it is paid on every step): taking a lease is one round trip (a Lua script
-sets the key and registers the member and its task together) and releasing it another;
-one heartbeat thread per process renews every lease the process holds, in one pipelined
-round trip every ``ttl / 3``, instead of a thread started per task.
+sets the key and registers the member and its task together), which on one server also
+carries the task's first read (``hold(read=...)``: the step's load); releasing it is
+another, or none when the task's last round trip carries it (``handoff``: a step's final
+commit). One heartbeat thread per process renews every lease the process holds, in one
+pipelined round trip every ``ttl / 3``, instead of a thread started per task.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import redis
 from redis.commands.core import Script
@@ -35,6 +37,11 @@ from kombu.exceptions import KombuError
 
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
+from reactq.shared.roundtrip import Op, Read, checked, execute
+
+T = TypeVar("T")
+#: What ``hold`` reads with the lease: given (lease key, token) when it shares the round trip.
+Reader = Callable[[tuple[str, str] | None], Read[T]]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +80,29 @@ end
 return 0
 """
 
+class Held(Generic[T]):
+    """What ``hold`` yields: true when the lease is this task's. ``value()`` is what the
+    ``read`` given to ``hold`` read (None without one)."""
+
+    def __init__(self, ok: bool, read: Read[T] | None = None, replies: list[Any] | None = None,
+                 client: redis.Redis | None = None) -> None:
+        self.ok = ok
+        self._read = read
+        self._replies = replies
+        self._client = client
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def value(self) -> T | None:
+        if self._read is None:
+            return None
+        if self._replies is not None:
+            return self._read.parse([checked(r) for r in self._replies])
+        assert self._client is not None
+        return self._read.run(self._client)
+
+
 class Leases:
     def __init__(self, client: redis.Redis, keys: Keys, ttl_seconds: float = 3.0,
                  holder: str = "") -> None:
@@ -87,28 +117,38 @@ class Leases:
         self._held: dict[str, tuple[str, str]] = {}  # token → (lease key, member)
         self._held_lock = threading.Lock()
         self._beat: threading.Thread | None = None
+        self._cluster = is_cluster(client)
 
     @contextmanager
     def hold(self, member: str, task: str, args: list[Any], queue: str,
-             wait: float | None = None) -> Iterator[bool]:
-        """Hold the lease while the block runs; yields False when someone else keeps it.
+             wait: float | None = None, read: Reader[T] | None = None) -> Iterator[Held[T]]:
+        """Hold the lease while the block runs; yields a false ``Held`` when someone else keeps it.
 
         A task enqueues its successor before it releases its lease (so that a crash in
         between loses nothing), so the successor may find the lease still held for a few
         milliseconds: it waits up to ``wait`` seconds (default: one TTL) before backing off.
+
+        ``read`` makes what the task reads first (its step's load): on one server it goes in
+        the same round trip as the first try to take the lease, given (lease key, token) so
+        that a write it makes can check the lease is this task's; on a cluster (another slot,
+        no order across slots) it runs once the lease is taken. ``Held.value()`` returns it.
         """
         token = uuid.uuid4().hex
         key = self.keys.lease(member)
         deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
         spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
         lease_keys = [key, self.keys.leases_for(member), self.keys.lease_tasks_for(member)]
-        while not (got := int(self._acquire(keys=lease_keys, args=[token, self.ttl_ms, _now_ms() + self.ttl_ms,
-                                                                    member, spec]))):
+        first = read(None if self._cluster else (key, token)) if read is not None else None
+        got, replies = self._try(lease_keys, token, member, spec, None if self._cluster else first)
+        while not got:
             if time.monotonic() >= deadline:
-                yield False
+                yield Held(False)
                 return
             time.sleep(0.005)
+            got, replies = self._try(lease_keys, token, member, spec, None)
         self._local.took_over = got == 2
+        stack = self._stack()
+        stack.append(token)
         with self._held_lock:
             self._held[token] = (key, member)
             if self._beat is None or not self._beat.is_alive():
@@ -117,7 +157,9 @@ class Leases:
                 self._beat.start()
         keep = False
         try:
-            yield True
+            # Not read with the lease (a cluster, or taken on a later try): read it now.
+            used = first if replies is not None or self._cluster or read is None else read(None)
+            yield Held(True, used, replies, self.r)
         except OUTAGE_ERRORS:
             # The broker (or Redis) went away mid-task, e.g. after the step was committed but
             # before its successor was enqueued. Leave the lease to expire: the watchdog then
@@ -126,10 +168,47 @@ class Leases:
             keep = True
             raise
         finally:
+            stack.remove(token)
             with self._held_lock:
-                self._held.pop(token, None)
-            if not keep:
+                handed = self._held.pop(token, None) is None
+            if not keep and not handed:
                 self._release(keys=lease_keys, args=[token, member])
+
+    def _try(self, lease_keys: list[str], token: str, member: str, spec: str,
+             read: Read[Any] | None) -> tuple[int, list[Any] | None]:
+        """One try to take the lease (with ``read`` in the same round trip): (0 not taken,
+        1 taken, 2 taken over from a dead holder; the read's replies when taken)."""
+        args = [token, self.ttl_ms, _now_ms() + self.ttl_ms, member, spec]
+        if read is None:
+            return int(self._acquire(keys=lease_keys, args=args)), None
+        replies = execute(self.r, [Op.call(self._acquire, lease_keys, args), *read.ops])
+        got = int(checked(replies[0]))
+        return got, replies[1:] if got else None
+
+    def handoff(self) -> Op | None:
+        """The release of this thread's innermost lease, for the caller to send in its last
+        round trip (the commit that ends the task's work; the due record, written by that
+        same commit, covers what follows). None on a cluster: the lease is in another slot,
+        and without an order across slots it is released when ``hold`` exits, as usual.
+        ``hold`` then neither renews nor releases it (if the round trip never goes out, the
+        lease lapses within its TTL)."""
+        stack = self._stack()
+        if self._cluster or not stack:
+            return None
+        token = stack[-1]
+        with self._held_lock:
+            found = self._held.pop(token, None)
+        if found is None:
+            return None
+        key, member = found
+        keys = [key, self.keys.leases_for(member), self.keys.lease_tasks_for(member)]
+        return Op.call(self._release, keys, [token, member])
+
+    def _stack(self) -> list[str]:
+        stack: list[str] | None = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
 
     def alive(self, member: str) -> bool:
         return bool(self.r.exists(self.keys.lease(member)))

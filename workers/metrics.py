@@ -2,7 +2,9 @@
 
 Workers are many processes on many machines, so they do not serve metrics themselves:
 each figure is added to a ``reactq:metrics:{family}`` hash with ``HINCRBY`` /
-``HINCRBYFLOAT`` (one pipelined round trip per event, ≈ 0.1 ms), and the gateway's
+``HINCRBYFLOAT`` — in a running step, with the step's own round trips (a commit carries the
+step's figures, and applies them only if it wins; an LLM call's go with the step's next
+round trip, ``reactq.shared.roundtrip``), else one pipelined round trip — and the gateway's
 ``GET /metrics`` (``dispatcher/metrics.py``) reads the hashes and renders them in the
 Prometheus text format. Nothing is ever reset: the values are monotonic counters, as
 Prometheus expects, across worker restarts.
@@ -14,7 +16,8 @@ Hash layout (``FAMILIES`` is the schema both sides use):
   observations that fell in that bucket only (not cumulative; ``"+Inf"`` for the rest),
   and label values + ``"sum"`` → the sum of observed values. The reader accumulates.
 * ``metrics:inflight``: run id → start time, for every run started and not yet ended.
-* ``metrics:turns``: run id → start time of the run's current tool turn.
+* ``metrics:turns`` (no longer written: the run hash's ``turn_began`` holds when the run's
+  current tool turn began).
 
 Recording never raises: a Redis hiccup costs a data point, never a run.
 """
@@ -36,9 +39,10 @@ from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.registry import ModelRegistry
 from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
-    FAMILIES, INFLIGHT, TURNS, Family, bucket_label, label_field,
+    FAMILIES, INFLIGHT, Family, bucket_label, label_field,
 )
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
+from reactq.shared.roundtrip import Op, defer
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
@@ -54,16 +58,20 @@ def bucket_for(family: Family, value: float) -> str:
 
 
 class Batch:
-    """Metric updates gathered for one pipelined round trip (``flush``)."""
+    """Metric updates gathered for one round trip: ``flush`` sends them with the running
+    step's next round trip (``reactq.shared.roundtrip.defer``), or at once outside a step;
+    ``ops`` hands them to a commit that applies them only if it wins."""
 
     def __init__(self, recorder: Recorder) -> None:
         self.rec = recorder
-        self.pipe = recorder.client.pipeline(transaction=False)
-        self.size = 0
+        self.ops: list[Op] = []
+
+    @property
+    def size(self) -> int:
+        return len(self.ops)
 
     def inc(self, family: str, labels: Iterable[str], amount: int = 1) -> Batch:
-        self.pipe.hincrby(self.rec.key(family), label_field(labels), amount)
-        self.size += 1
+        self.ops.append(Op(("HINCRBY", self.rec.key(family), label_field(labels), amount)))
         return self
 
     def observe(self, family: str, labels: Iterable[str], value: float) -> Batch:
@@ -71,28 +79,22 @@ class Batch:
         values = [str(v) for v in labels]
         value = max(0.0, float(value))
         key = self.rec.key(family)
-        self.pipe.hincrby(key, label_field([*values, bucket_for(fam, value)]), 1)
-        self.pipe.hincrbyfloat(key, label_field([*values, "sum"]), value)
-        self.size += 2
+        self.ops.append(Op(("HINCRBY", key, label_field([*values, bucket_for(fam, value)]), 1)))
+        self.ops.append(Op(("HINCRBYFLOAT", key, label_field([*values, "sum"]), repr(value))))
         return self
 
     def hset(self, name: str, field: str, value: str) -> Batch:
-        self.pipe.hset(self.rec.run_key(name, field), field, value)
-        self.size += 1
+        self.ops.append(Op(("HSET", self.rec.run_key(name, field), field, value)))
         return self
 
     def hdel(self, name: str, field: str) -> Batch:
-        self.pipe.hdel(self.rec.run_key(name, field), field)
-        self.size += 1
+        self.ops.append(Op(("HDEL", self.rec.run_key(name, field), field)))
         return self
 
     def flush(self) -> None:
-        if not self.size:
-            return
-        try:
-            self.pipe.execute()
-        except redis.RedisError as exc:
-            log.warning("metrics not recorded: %s", exc)
+        if self.ops:
+            defer(self.rec.client, self.ops)
+            self.ops = []
 
 
 class Recorder:
@@ -131,13 +133,20 @@ class Recorder:
     # -- tools -------------------------------------------------------------------------
     def tool(self, outcome: ToolOutcome) -> None:
         b = self.batch()
-        if outcome.ended_at and outcome.started_at:
-            b.observe("tool_call_seconds", [outcome.tool_name], outcome.ended_at - outcome.started_at)
-        kind = ("blocked" if outcome.blocked else "uncertain" if outcome.uncertain
-                else "error" if outcome.error else None)
-        if kind:
-            b.inc("tool_errors", [outcome.tool_name, kind])
+        b.ops = tool_ops(self, outcome)
         b.flush()
+
+
+def tool_ops(rec: Recorder, outcome: ToolOutcome) -> list[Op]:
+    """A tool call's metrics, for the round trip that records its outcome."""
+    b = rec.batch()
+    if outcome.ended_at and outcome.started_at:
+        b.observe("tool_call_seconds", [outcome.tool_name], outcome.ended_at - outcome.started_at)
+    kind = ("blocked" if outcome.blocked else "uncertain" if outcome.uncertain
+            else "error" if outcome.error else None)
+    if kind:
+        b.inc("tool_errors", [outcome.tool_name, kind])
+    return b.ops
 
 
 def error_code(exc: BaseException) -> str:
@@ -146,58 +155,43 @@ def error_code(exc: BaseException) -> str:
     return str(status) if status is not None else type(exc).__name__
 
 
-# -- run lifecycle (called by workers/drive.py after a step was committed) -------------
+# -- run lifecycle (what workers/drive.py's commits carry) -------------------------------
 
-def on_commit(rt: Runtime, state: RunState, step_no: int, adv: Advance,
-              began: float | None = None) -> None:
-    """Record what the step just committed (``step_no`` before it) means for the metrics,
-    from the step that ran (``adv.step``) and what comes next (``adv.next``):
+def commit_ops(rt: Runtime, state: RunState, step_no: int, adv: Advance,
+               began: float | None = None, turn_began: float | None = None) -> list[Op]:
+    """What committing this step (``step_no`` before it) means for the metrics, from the
+    step that ran (``adv.step``) and what comes next (``adv.next``); the commit applies them
+    only if it wins (compare-and-set), so each step is counted once however often it was
+    delivered:
 
     * the run's first step (``step_no == 0``) ⇒ run started (by resolved mode), in flight;
-    * an LLM turn (``began`` = when it started) that leads to its tools ⇒ the turn goes on
-      until its fan-in; one that leads anywhere else ⇒ a turn of ``now - began``;
-    * a fan-in (``RunTools`` ran) ⇒ the turn started by the LLM step ends;
+    * an LLM turn (``began`` = when it started) that leads anywhere but to its tools ⇒ a
+      turn of ``now - began`` (one that leads to its tools goes on until its fan-in: the
+      commit keeps ``began`` in the run hash, and the fan-in's load reads it back);
+    * a fan-in (``RunTools`` ran; ``turn_began`` as loaded) ⇒ that turn ends;
     * ``Done`` next ⇒ run ended (status, mode), no longer in flight.
-
-    Commits are compare-and-set, so each step is counted once however often it was delivered.
     """
-    try:
-        _on_commit(Recorder(rt.redis, rt.keys), state, step_no, adv, began)
-    except redis.RedisError as exc:  # never let metrics fail a step
-        log.warning("metrics not recorded for run %s: %s", state.run_id, exc)
-
-
-def _on_commit(rec: Recorder, state: RunState, step_no: int, adv: Advance,
-               began: float | None) -> None:
     now = time.time()
     rid = state.run_id
     turn_labels = [state.model, state.mode]
-    b = rec.batch()
+    b = Recorder(rt.redis, rt.keys).batch()
     if step_no == 0:
         b.inc("runs_started", [state.mode])
         b.hset(INFLIGHT, rid, f"{state.started_at or now:.3f}")
     match adv.step:
-        case CallLLM() if began is not None:
-            if isinstance(adv.next, RunTools):
-                b.hset(TURNS, rid, f"{began:.6f}")
-            else:
-                b.observe("turn_seconds", turn_labels, now - began)
-        case RunTools():
-            raw = rec.client.hget(rec.run_key(TURNS, rid), rid)
-            if raw:
-                b.observe("turn_seconds", turn_labels, now - float(raw))
-            b.hdel(TURNS, rid)
+        case CallLLM() if began is not None and not isinstance(adv.next, RunTools):
+            b.observe("turn_seconds", turn_labels, now - began)
+        case RunTools() if turn_began is not None:
+            b.observe("turn_seconds", turn_labels, now - turn_began)
         case _:
             pass
     if isinstance(adv.next, Done):
         result = adv.next.result
-        if not isinstance(adv.step, RunTools):
-            b.hdel(TURNS, rid)
         b.inc("runs_ended", [result.status, result.mode])
         if state.started_at:
             b.observe("run_seconds", [result.status], (state.ended_at or now) - state.started_at)
         b.hdel(INFLIGHT, rid)
-    b.flush()
+    return b.ops
 
 
 # -- a metering wrapper for the models a worker uses -----------------------------------
@@ -253,6 +247,7 @@ def metered_registry(registry: ModelRegistry, recorder: Recorder) -> ModelRegist
     return out
 
 
-def record_tool(rt: Runtime, outcome: ToolOutcome) -> None:
-    """A tool call this worker just executed (called where ``toolcall.tool`` records it)."""
-    Recorder(rt.redis, rt.keys).tool(outcome)
+def record_tool(rt: Runtime, outcome: ToolOutcome) -> list[Op]:
+    """A tool call this worker just executed: its metrics, for ``toolcall`` to send with the
+    round trip that records the outcome (applied only if that outcome is the call's)."""
+    return tool_ops(Recorder(rt.redis, rt.keys), outcome)

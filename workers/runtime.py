@@ -27,6 +27,7 @@ from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry, load_registry
 from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
+from reactq.shared.calls import CallLedger
 from reactq.shared.store import RunStore
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks
@@ -53,6 +54,10 @@ class Runtime:
     def store(self) -> RunStore:
         return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
                         maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
+
+    @cached_property
+    def calls(self) -> CallLedger:
+        return CallLedger(self.store)
 
     @cached_property
     def leases(self) -> Leases:

@@ -8,19 +8,23 @@
 | ``reactq.answer`` | reactq.runs   | run_id, step_no              | the streamed synthesis, `done` |
 
 Each holds a lease while it runs (``workers/lease.py``); the watchdog started with the
-worker resends a task whose worker died.
+worker resends a task whose worker died. The task's first read (a run's load, a tool call's
+open) goes in the lease's round trip, and writes deferred during the task (metrics, the flow
+limiter's settle) ride on its later ones (``riding``; ``reactq.shared.roundtrip``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from celery import signals
 
-from reactq.shared.errors import RunNotFound
+from reactq.shared.roundtrip import riding
+from reactq.shared.store import RunRecord
 from reactq.shared.tools.mcp import close_hub
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import drive, faults, flow, toolcall
@@ -65,26 +69,26 @@ def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
 
 
 def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
-              step: Callable[[Runtime, str, int | None, drive.Send], None]) -> None:
+              step: Callable[[Runtime, str, int | None, drive.Send, RunRecord | None], None]) -> None:
     """A run's step task (``iterate`` / ``answer``): holds the run's lease while ``step`` runs.
     The lease's resend spec is always ``name`` resuming whatever is current."""
     step_no = _resume_step(task, step_no)
     flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
     faults.point("before_lease", name)
-    with rt.leases.hold(f"run:{run_id}", name, [run_id, None], RUNS_QUEUE) as held:
-        if held and not _run_crashed_too_often(rt, run_id):
-            faults.point("in_lease", name, run_id)
-            step(rt, run_id, step_no, send)
+    load = rt.store.load_step(run_id)
+    with rt.leases.hold(f"run:{run_id}", name, [run_id, None], RUNS_QUEUE, read=lambda _: load) as held, \
+            riding(rt.redis):
+        if held:
+            rec = held.value()
+            if not _run_crashed_too_often(rt, run_id, rec):
+                faults.point("in_lease", name, run_id)
+                step(rt, run_id, step_no, send, rec)
 
 
-def _run_crashed_too_often(rt: Runtime, run_id: str) -> bool:
+def _run_crashed_too_often(rt: Runtime, run_id: str, rec: RunRecord | None) -> bool:
     """Taking over from a holder that died counts a crash; at the limit the run ends."""
-    if not rt.leases.took_over():
-        return False
-    try:
-        rec = rt.store.load(run_id)
-    except RunNotFound:
+    if not rt.leases.took_over() or rec is None:
         return False
     crashes = Crashes(rt).run(run_id, rec.step_no, True)
     if crashes < rt.settings.max_task_crashes or rec.status in ("succeeded", "failed", "cancelled"):
@@ -101,9 +105,14 @@ def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) 
     member = f"tool:{run_id}:{call_id}"
     spec = [run_id, step_no, call_id, tool_name]
     faults.point("before_lease", TOOL)
-    with rt.leases.hold(member, TOOL, spec, TOOLS_QUEUE) as held:
+    token = uuid.uuid4().hex
+
+    def opening(lease: tuple[str, str] | None) -> Any:
+        return rt.calls.open(run_id, step_no, call_id, token, lease)
+
+    with rt.leases.hold(member, TOOL, spec, TOOLS_QUEUE, read=opening) as held, riding(rt.redis):
         if held and not _tool_crashed_too_often(rt, run_id, step_no, call_id):
-            toolcall.tool(rt, run_id, step_no, call_id, send)
+            toolcall.tool(rt, run_id, step_no, call_id, send, held.value())
 
 
 def _tool_crashed_too_often(rt: Runtime, run_id: str, step_no: int, call_id: str) -> bool:

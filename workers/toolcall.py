@@ -1,6 +1,10 @@
 """The tool task's side: run one call of a turn exactly once (unless its ledger has it),
 count it in, and send the fan-in when it is the turn's last; and the crash limit's answer
 for a call whose worker died too often.
+
+Two round trips of its own (``reactq.shared.calls``): the call's open (turn, ledger record,
+claim) with the lease, and its close (outcome, fan-in, due records, the tool's metrics) with
+the lease's release.
 """
 
 from __future__ import annotations
@@ -10,10 +14,12 @@ import uuid
 from typing import Any
 
 from reactq.shared import otel
+from reactq.shared.calls import OpenedCall
 from reactq.shared.engine import prompts
 from reactq.shared.engine.state import ToolOutcome
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.models import ToolCallRequest
+from reactq.shared.roundtrip import take
 from reactq.workers import drive, metrics
 from reactq.shared.wire import ITERATE, TOOL
 from reactq.workers.drive import RUNS, TOOLS, Send
@@ -22,36 +28,45 @@ from reactq.workers.runtime import Runtime
 log = logging.getLogger(__name__)
 
 
-def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send) -> None:
-    """Run one tool call of a turn (unless the ledger has it), then count it in."""
-    turn = rt.store.get_turn(run_id)
+def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
+         opened: OpenedCall | None = None) -> None:
+    """Run one tool call of a turn (unless the ledger has it), then count it in. ``opened``:
+    the call's open (``CallLedger.open``), when the lease's round trip brought it."""
+    if opened is None:
+        opened = rt.calls.open(run_id, step_no, call_id, uuid.uuid4().hex).run(rt.redis)
+    turn = opened.turn
     if not turn or turn["step_no"] != step_no:
         return  # the turn is over: a late duplicate
     calls = [ToolCallRequest.model_validate(c) for c in turn["calls"]]
     call = next((c for c in calls if c.id == call_id), None)
     if call is None:
         return
-    record = rt.store.ledger_get(run_id, call_id)
+    record = opened.record
+    outcome = None
     if record is None or record["status"] != "done":
-        outcome = _execute_once(rt, run_id, step_no, call, turn, record)
-        if rt.store.ledger_done(run_id, call_id, outcome, step_no):
-            metrics.record_tool(rt, outcome)
-        else:  # another worker finished it while this one was cut off: its result stands
-            log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
-    if rt.store.fanin(run_id, step_no, call_id, len(calls)) >= len(calls):
+        outcome = _execute_once(rt, run_id, call, turn, record)
+    # Whatever follows the close is a send, covered by the due record the close writes: the
+    # lease goes with it.
+    release = rt.leases.handoff()
+    won, counted = rt.calls.close(run_id, step_no, call_id, outcome, len(calls),
+                                  ops=metrics.record_tool(rt, outcome) if outcome else [],
+                                  then=([release] if release is not None else []) + take())
+    if outcome is not None and not won:  # another worker finished it while this one was cut off
+        log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
+    if counted >= len(calls):
         send(ITERATE, [run_id, step_no], RUNS)
 
 
-def _execute_once(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest,
-                  turn: dict[str, Any], record: dict[str, Any] | None) -> ToolOutcome:
+def _execute_once(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any],
+                  record: dict[str, Any] | None) -> ToolOutcome:
+    """Run the call; ``record`` is its ledger record from before this task (None: the open
+    claimed it for this task)."""
     registry = rt.tools.filtered(turn["tool_names"])
     if record is not None and call.name in registry and not registry.get(call.name).idempotent:
         # An earlier delivery started this call and died: its effect is unknown, and a
         # non-idempotent tool must not silently run twice.
         return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.UNCERTAIN_OBSERVATION,
                            uncertain=True, worker=rt.worker_name)
-    if record is None:
-        rt.store.ledger_claim(run_id, call.id, uuid.uuid4().hex, step_no)
     with otel.tool_span(call.name, call.id, run_id) as span:
         outcome = rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
                                       metadata=turn.get("metadata") or {}, worker=rt.worker_name))

@@ -35,6 +35,7 @@ from typing import Any, Literal
 import redis
 
 from reactq.shared.keys import Keys
+from reactq.shared.roundtrip import Op, checked, defer, execute, failed, take
 
 Priority = Literal["interactive", "batch"]
 
@@ -203,24 +204,39 @@ class FlowLimiter:
         raw = max(1, tokens)
         # The script scales the estimate by the model's learnt actual/estimated ratio and caps
         # it at a minute's tokens (a larger reservation could never be admitted).
-        granted, ms, reason, est = self._acquire(keys=self._keys(model), args=[
+        # Writes a running step deferred (the settle of its last call: ``settle(later=True)``,
+        # metrics) go out in this round trip, before the admission (``shared/roundtrip.py``).
+        ops = take()
+        acquire = Op.call(self._acquire, self._keys(model), [
             _now_ms(), member, "b" if priority == "batch" else "i", riv, tiv, raw,
             limits.max_concurrency or 0, self.horizon_ms, self.lease_ms, call_id, self.grace_ms,
             limits.tpm or 0])
+        replies = execute(self.r, [*ops, acquire])
+        failed(replies[:-1])
+        granted, ms, reason, est = checked(replies[-1])
         reason = reason.decode() if isinstance(reason, bytes) else str(reason)
         if int(granted):
             return Ticket(model=model, call_id=call_id, reserved=int(est), start_in=int(ms) / 1000,
                           estimate=raw)
         return Denied(model=model, wait_s=int(ms) / 1000, reason=reason)
 
-    def settle(self, ticket: Ticket, limits: Limits, actual_tokens: int, *, learn: bool = True) -> None:
+    def settle(self, ticket: Ticket, limits: Limits, actual_tokens: int, *, learn: bool = True,
+               later: bool = False) -> None:
         """The call ended: free its slot, correct the token reservation by what it used
-        (and, with ``learn``, let the usage correct this model's future estimates)."""
+        (and, with ``learn``, let the usage correct this model's future estimates).
+
+        ``later``: with the running step's next round trip (``shared/roundtrip.py``) — its
+        read right after the call, or the next admission, which sends it first, so a step's
+        next call never waits on its own last one; at once outside a step."""
         tiv = 60000.0 / limits.tpm if limits.tpm else 0.0
-        self._settle(keys=[self.keys.flow(ticket.model), self.keys.flow_inflight(ticket.model),
-                           self.keys.flow_window(ticket.model)],
-                     args=[_now_ms(), ticket.call_id, tiv, ticket.reserved, max(0, actual_tokens),
-                           ticket.estimate if learn else 0])
+        op = Op.call(self._settle, [self.keys.flow(ticket.model), self.keys.flow_inflight(ticket.model),
+                                    self.keys.flow_window(ticket.model)],
+                     [_now_ms(), ticket.call_id, tiv, ticket.reserved, max(0, actual_tokens),
+                      ticket.estimate if learn else 0])
+        if later:
+            defer(self.r, [op])
+        else:
+            op.run(self.r)
 
     def pause(self, model: str, seconds: float) -> None:
         """Stop admitting calls to ``model`` for ``seconds`` (a provider's Retry-After)."""

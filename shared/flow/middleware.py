@@ -158,7 +158,7 @@ class LimitedLLM(DelegatingLLM):
         paid = paid_tokens(usage)
         actual = ticket.reserved if paid is None else paid
         try:
-            self.flow.limiter.settle(ticket, self.limits, actual, learn=paid is not None)
+            self.flow.limiter.settle(ticket, self.limits, actual, learn=paid is not None, later=True)
         except Exception as exc:  # the lease on the slot expires by itself
             log.warning("flow settle failed for %s: %s", self.name, exc)
         self.flow.note("settle", model=self.name, reserved=ticket.reserved, actual=actual)
