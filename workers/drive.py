@@ -71,27 +71,51 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send,
     io = StoreIO(rt, run_id, rec.cancel)
     current = rec.step_no
     loaded: RunRecord | None = rec  # what the load read serves the task's first step only
+    gate: flow.Gate | None = None  # the next LLM turn's, decided before the last commit
     while True:
         began = time.time()
-        adv = _advance(rt, state, current, send, io, loaded)
-        if adv is None or not _commit(rt, state, current, adv, send, chain=True, began=began,
-                                      turn_began=loaded.turn_began if loaded else None):
+        adv = _advance(rt, state, current, send, io, loaded, gate)
+        if adv is None:
             return
+        gate, early = _turn_ahead(rt, state, adv, io)
+        if not _commit(rt, state, current, adv, send, chain=True, began=began, early=early,
+                       turn_began=loaded.turn_began if loaded else None):
+            flow.discard(gate)
+            return
+        io.published = max([io.published, *(e.seq for e in early)])
         loaded = None
         current = state.step_no
 
 
+def _turn_ahead(rt: Runtime, state: RunState, adv: Advance, io: StoreIO) -> tuple[flow.Gate | None, list[Event]]:
+    """A fan-in that this task follows with the next LLM turn: pass that turn's flow gate
+    now and, when it is admitted, send its live ``thinking start`` with the fan-in's commit
+    instead of in a round trip of its own (the turn publishes it again: the same seq, not
+    sent twice, ``StoreIO.published``). A crash in between leaves what a crash after a live
+    publish always left: the redone turn re-creates that seq, and it is not published again."""
+    if not isinstance(adv.step, RunTools) or not isinstance(adv.next, CallLLM) or io.cancel:
+        return None, []
+    if state.token_budget is not None or state.rate_limited_since is not None:
+        return None, []  # the gate would change the state (a budget's ending, a wait's end)
+    gate = flow.gate(rt, state, rt.deps_for(state))
+    if gate.events is not None or gate.wait is not None:
+        return gate, []
+    return gate, loop.begin_turn(state.model_copy())  # a shallow copy: the turn itself is not begun
+
+
 def _advance(rt: Runtime, state: RunState, step_no: int, send: Send, io: StoreIO,
-             loaded: RunRecord | None) -> Advance | None:
-    """Take the run's next step in this task; None when there is nothing to commit here."""
+             loaded: RunRecord | None, gate: flow.Gate | None = None) -> Advance | None:
+    """Take the run's next step in this task; None when there is nothing to commit here.
+    ``gate``: the step's flow gate, when it was passed before the last commit."""
     nxt = next_step(state)
     match nxt:
         case SelectTools() | CallLLM() | RunTools() if io.cancel:
+            flow.discard(gate)
             return advanced(state, threads.stop(rt, state, rt.deps_for(state).clock()))
         case SelectTools():
             return _gated(rt, state, steps.select_step, step_no, send, io)
         case CallLLM():
-            return _gated(rt, state, steps.llm_step, step_no, send, io)
+            return _gated(rt, state, steps.llm_step, step_no, send, io, gate)
         case RunTools(calls=calls):
             return _fan_in(rt, state, calls, step_no, send, io, loaded)
         case Answer():
@@ -108,9 +132,9 @@ StepFn = Callable[[RunState, steps.EngineDeps, steps.StepIO], Coroutine[Any, Any
 
 
 def _gated(rt: Runtime, state: RunState, step: StepFn, step_no: int, send: Send,
-           io: StoreIO) -> Advance | None:
+           io: StoreIO, gate: flow.Gate | None = None) -> Advance | None:
     """Selection or an LLM turn, once the flow gate lets it call its model."""
-    gate = flow.gate(rt, state, rt.deps_for(state))
+    gate = gate or flow.gate(rt, state, rt.deps_for(state))
     if gate.events is not None:  # the token budget is used up: the run ends here
         return advanced(state, gate.events)
     if gate.wait is not None:
@@ -254,7 +278,8 @@ def _crashed_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[E
 
 
 def _commit(rt: Runtime, state: RunState, step_no: int, adv: Advance, send: Send, *,
-            chain: bool = False, began: float | None = None, turn_began: float | None = None) -> bool:
+            chain: bool = False, began: float | None = None, turn_began: float | None = None,
+            early: list[Event] | None = None) -> bool:
     """Save the step, then carry out what comes next. True when this task goes on with it
     itself (``chain``: selection and LLM turns); False otherwise, or when the step was stale.
     A step after which this task only sends the next task (tools, the synthesis) or nothing
@@ -263,18 +288,19 @@ def _commit(rt: Runtime, state: RunState, step_no: int, adv: Advance, send: Send
     handoff = isinstance(adv.next, RunTools | Answer) or (
         isinstance(adv.next, Done) and not state.thread_id and state.rate_limited_since is None
         and not isinstance(state.metadata.get("_dag"), dict))
-    return (_save(rt, state, step_no, adv, began, turn_began=turn_began, handoff=handoff)
+    return (_save(rt, state, step_no, adv, began, turn_began=turn_began, handoff=handoff, early=early)
             and _enqueue(rt, state, adv.next, send, chain=chain))
 
 
 def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float | None = None, *,
-          turn_began: float | None = None, handoff: bool = False) -> bool:
+          turn_began: float | None = None, handoff: bool = False, early: list[Event] | None = None) -> bool:
     """Commit the step (compare-and-set on ``step_no``) with its metrics, the lease's release
-    (``handoff``) and the step's deferred writes, in one round trip; False when it was stale."""
+    (``handoff``), the step's deferred writes and ``early``, live events of the next step
+    (published, not part of the saved state), in one round trip; False when it was stale."""
     ops = metrics.commit_ops(rt, state, step_no, adv, began, turn_began)
     release = rt.leases.handoff() if handoff else None
     then = ([release] if release is not None else []) + take()
-    if not rt.store.commit(state.run_id, state, step_no, adv.events, ops=ops, then=then,
+    if not rt.store.commit(state.run_id, state, step_no, adv.events + (early or []), ops=ops, then=then,
                            turn_began=began if isinstance(adv.next, RunTools) else None):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
         return False

@@ -164,6 +164,14 @@ def scoped(gate_: Gate) -> Iterator[FlowScope | None]:
             scope.tickets.clear()
 
 
+def discard(gate_: Gate | None) -> None:
+    """A gate passed ahead of a step that will not run here: give back its tickets."""
+    if gate_ is not None and gate_.scope is not None:
+        for ticket in list(gate_.scope.tickets.values()):
+            _release(ticket)
+        gate_.scope.tickets.clear()
+
+
 def _release(ticket: Ticket) -> None:
     from reactq.workers.runtime import runtime
 

@@ -23,11 +23,15 @@ class StoreIO:
         self.rt = rt
         self.run_id = run_id
         self.cancel = cancel
+        self.published = 0
+        """The last seq this task sent ahead (with a commit): not sent again."""
 
     async def publish(self, events: list[Event]) -> None:
         # A round trip of its own: live events (thinking start, answer deltas) reach watchers
         # before the call they announce, or as the answer streams, not with the next commit.
-        self.rt.store.publish(self.run_id, events)
+        events = [e for e in events if e.seq > self.published]
+        if events:
+            self.rt.store.publish(self.run_id, events)
 
     async def interrupts(self, after: str | None) -> list[Interrupt]:
         # After an LLM call (a turn, the synthesis) the user may have written meanwhile: a
