@@ -49,7 +49,7 @@ class CountingConnection(redis.Connection):
 def _runtime(redis_url: str, llm: LLMFixture) -> Any:
     from reactq.workers.runtime import Runtime
 
-    rt = Runtime(Settings(redis_url=redis_url, model="scripted", demo_tools=True,
+    rt = Runtime(Settings(redis_url=redis_url, model="scripted", models=None, demo_tools=True,
                           key_prefix=f"rtt{uuid.uuid4().hex[:6]}:", openai_api_key="k",
                           openai_base_url=llm.server.base_url))
     pool = redis.ConnectionPool.from_url(redis_url, connection_class=CountingConnection)
@@ -63,6 +63,7 @@ def test_a_turn_makes_seven_round_trips(redis_url: str, llm: LLMFixture, backend
         pytest.skip("a cluster splits what one server takes in one round trip")
     from reactq.workers import tasks
 
+    monkeypatch.delenv("REACTQ_MODELS", raising=False)  # the scripted model only
     rt = _runtime(redis_url, llm)
     queue: list[tuple[str, list[Any]]] = []
     monkeypatch.setattr(tasks, "runtime", lambda: rt)
@@ -78,12 +79,18 @@ def test_a_turn_makes_seven_round_trips(redis_url: str, llm: LLMFixture, backend
     bodies = {ITERATE: tasks.iterate, TOOL: tasks.tool, ANSWER: tasks.answer}
     done: list[str] = []
     _counts.clear()
-    while queue:
-        name, args = queue.pop(0)
-        _now.task = f"{len(done)}:{name.removeprefix('reactq.')}"
-        bodies[name](*args)
-        done.append(_now.task)
-        _now.task = "-"
+    try:
+        while queue:
+            name, args = queue.pop(0)
+            _now.task = f"{len(done)}:{name.removeprefix('reactq.')}"
+            bodies[name](*args)
+            done.append(_now.task)
+            _now.task = "-"
+    finally:
+        loop = getattr(rt._local, "loop", None)  # this thread's event loop, as a worker's
+        if loop is not None:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
 
     assert rt.store.status(run_id)["status"] == "succeeded"
     events = [e for _, e in rt.store.read_events(run_id)]

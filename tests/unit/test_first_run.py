@@ -24,12 +24,15 @@ from reactq.shared.settings import Settings
 
 
 @pytest.fixture
-def bare_env(monkeypatch, tmp_path) -> Path:
+def bare_env(monkeypatch, tmp_path) -> Iterator[Path]:
     for k in list(os.environ):
         if k.startswith(("REACTQ_", "OPENAI_")):
             monkeypatch.delenv(k)
     monkeypatch.setenv("REACTQ_DATA_DIR", str(tmp_path))
-    return tmp_path
+    yield tmp_path
+    # resolve_model writes REACTQ_MODELS into os.environ itself (monkeypatch never saw it):
+    # left there, every later Settings() of the session used that registry.
+    os.environ.pop("REACTQ_MODELS", None)
 
 
 def test_no_model_and_no_local_extra_exits_2_before_submitting(bare_env, monkeypatch):
@@ -73,7 +76,6 @@ def test_with_the_local_extra_the_shared_server_is_used_with_the_measured_regist
     assert (entry["max_tool_turns"], entry["answer_synthesis"]) == (1, False)
     llm = load_registry(s).get("smollm2")  # the file is valid for the registry loader
     assert (llm.max_tool_turns, llm.answer_synthesis) == (1, False)
-    monkeypatch.delenv("REACTQ_MODELS")
 
 
 @pytest.fixture
