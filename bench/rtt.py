@@ -28,6 +28,7 @@ from bench.script import Scenario
 #: (label prefix, source); the first match wins. Labels are ``<file>:<function>``.
 CATEGORIES: tuple[tuple[str, str], ...] = (
     ("broker", "broker"),
+    ("health-check", "health-check"),
     ("workers/lease.py:_try", "lease + load"),  # the lease taken with the task's first read
     ("workers/lease.py:value", "load"),  # that read alone (a cluster, a lease taken late)
     ("workers/lease.py", "lease"),
@@ -112,7 +113,9 @@ def _by_task(counts: Counter[str], runs: int, *, raw: bool) -> dict[str, dict[st
 
 
 def _without_broker(by_task: dict[str, dict[str, float]]) -> float:
-    return round(sum(v for c in by_task.values() for k, v in c.items() if k != "broker"), 2)
+    """reactq's own round trips: not Celery's, nor redis-py's idle-connection PINGs."""
+    return round(sum(v for c in by_task.values() for k, v in c.items()
+                     if k not in ("broker", "health-check")), 2)
 
 
 def _minus(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]], div: float) -> dict[str, dict[str, float]]:

@@ -38,6 +38,7 @@ _BROKER = (f"{os.sep}kombu{os.sep}", f"{os.sep}celery{os.sep}")
 _SKIP = (f"{os.sep}redis{os.sep}", f"{os.sep}shared{os.sep}redisconn.py",
          f"{os.sep}shared{os.sep}roundtrip.py", f"{os.sep}rtt_probe.py")
 
+_PING = b"\r\nPING\r\n"
 _counts: Counter[str] = Counter()
 _lock = threading.Lock()
 _local = threading.local()
@@ -61,7 +62,11 @@ def install(out_dir: str) -> None:
 
     def counted(self: Any, command: Any, check_health: bool = True) -> None:
         task = getattr(_local, "task", None) or "-"
-        key = f"{task}|{where(sys._getframe(1))}"
+        # redis-py's health check (a PING before a command on a connection idle for
+        # ``health_check_interval`` s) is the connection's, not the code's that sent next.
+        head = command if isinstance(command, bytes) else (command[0] if command else b"")
+        source = "health-check" if _PING in bytes(head[:32]) else where(sys._getframe(1))
+        key = f"{task}|{source}"
         with _lock:
             _counts[key] += 1
         return original(self, command, check_health)
