@@ -72,9 +72,10 @@ def _instrument_publish_times() -> None:
         record(run_id, events, at)
         return out
 
-    def commit(self: RunStore, run_id: str, state: Any, expected_step_no: int, events: list[Any]) -> bool:
+    def commit(self: RunStore, run_id: str, state: Any, expected_step_no: int, events: list[Any],
+               **kwargs: Any) -> bool:
         at = time.time()
-        out = original_commit(self, run_id, state, expected_step_no, events)
+        out = original_commit(self, run_id, state, expected_step_no, events, **kwargs)
         if out:
             record(run_id, events, at)
         return out
