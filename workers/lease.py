@@ -124,9 +124,11 @@ class Leases:
              wait: float | None = None, read: Reader[T] | None = None) -> Iterator[Held[T]]:
         """Hold the lease while the block runs; yields a false ``Held`` when someone else keeps it.
 
-        A task enqueues its successor before it releases its lease (so that a crash in
-        between loses nothing), so the successor may find the lease still held for a few
-        milliseconds: it waits up to ``wait`` seconds (default: one TTL) before backing off.
+        A task may enqueue its successor before it releases its lease (a step that goes on
+        after its commit; on a cluster, every step), so the successor may find the lease
+        still held for a few milliseconds: it waits up to ``wait`` seconds (default: one
+        TTL) before backing off. (A crash between the two loses nothing either way: the
+        commit wrote the successor's due record.)
 
         ``read`` makes what the task reads first (its step's load): on one server it goes in
         the same round trip as the first try to take the lease, given (lease key, token) so
