@@ -18,8 +18,9 @@ Measure = Literal["characters", "words", "lines", "sentences"]
 
 class TextStatsArgs(BaseModel):
     text: str = Field(description="The text to measure.", max_length=MAX_DOCUMENT_CHARS)
-    # A reply that holds only the count asked for leaves nothing to misread: a small model
-    # given all four counts answered "43 words" with the character count (README, first run).
+    # One count comes back as the bare number, as ``calculator`` and ``add`` return theirs:
+    # nothing to misread (a small model given all four counts answered "43 words" with the
+    # character count; README, first run).
     only: Measure | None = Field(None, description="Return only this count, e.g. \"words\".")
 
 
@@ -36,7 +37,7 @@ def _text_stats(text: str, only: Measure | None = None) -> str:
         "lines": len(text.splitlines()),
         "sentences": sum(1 for part in _SENTENCE_END.split(text) if part.strip()),
     }
-    return json.dumps({only: stats[only]} if only else stats)
+    return str(stats[only]) if only else json.dumps(stats)
 
 
 text_stats = Tool(
@@ -45,7 +46,7 @@ text_stats = Tool(
     isolate=False,
     description=(
         "Count the characters, words, lines and sentences of a text; returns JSON "
-        '{"characters", "words", "lines", "sentences"}, or only the count named by `only`.'
+        '{"characters", "words", "lines", "sentences"}, or with `only`, that one count as a bare number.'
     ),
     args_model=TextStatsArgs,
     fn=_text_stats,
