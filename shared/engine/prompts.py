@@ -66,7 +66,7 @@ TOO_MANY_TOOL_CALLS = (
 )
 # Said after the last observation of a JSON-mode turn that may only answer (max_tool_turns),
 # in the request only: see ``loop.llm_messages``.
-ANSWER_NOW = "Answer the question with this result."
+ANSWER_NOW = "Answer with this result."
 CANCELLED_OBSERVATION = "Tool call cancelled: the run was cancelled before it finished."
 INTERRUPTED_OBSERVATION = (
     "Tool call interrupted: the user sent a new message and this run was stopped before "
