@@ -13,6 +13,10 @@ script, the members of the ``due`` set (``reactq.shared.due``) whose deadline ha
   visibility timeout. A duplicate is harmless: it is stale (``step_no``), the tool ledger
   knows the call, or the lease makes it back off.
 
+A backlog. A member whose queue has not been seen empty since it was sent (or last
+deferred) is most likely still waiting in that queue: it is deferred one bound, not resent
+(``workers/backlog.py``), so thousands of queued runs do not breed thousands of duplicates.
+
 Crashes. The holder's record in ``lease:tasks`` outlives a holder that died; whoever
 notices first consumes it (the claim script deletes it, a task taking the lease over
 overwrites it) and counts one crash for the member's current step in the owner's hash
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +42,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RunNotFound
 from reactq.shared.wire import DAG_RESUME, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import drive, toolcall
+from reactq.workers.backlog import Backlog
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -94,10 +100,12 @@ class Crashes:
 class DueWatchdog(threading.Thread):
     """Resends what is due and not taken up; one per worker process."""
 
-    def __init__(self, rt: Runtime, send: Send, interval: float = 0.5, limit: int = 200) -> None:
+    def __init__(self, rt: Runtime, send: Send, interval: float = 0.5, limit: int = 200,
+                 backlog: Backlog | None = None) -> None:
         super().__init__(daemon=True, name="reactq-due-watchdog")
         self.rt = rt
         self.send = send
+        self.backlog = backlog
         self.interval = interval
         self.limit = limit
         self.crashes = Crashes(rt)
@@ -112,7 +120,7 @@ class DueWatchdog(threading.Thread):
                 log.exception("due watchdog pass failed")
 
     def claim(self) -> list[tuple[str, bool, float]]:
-        """``(member, died, seconds past its deadline)`` of the members claimed now.
+        """``(member, died, deadline)`` of the members claimed now (deadline in epoch s).
 
         A claimed member whose lease is alive is running: its deadline moves to just after
         that lease could lapse, and it is not returned. For the others, the holder's record
@@ -138,22 +146,36 @@ class DueWatchdog(threading.Thread):
             pipe.hdel(keys.lease_tasks_for(member), member)
         results = pipe.execute()
         died = results[len(results) - len(free):] if free else []
-        return [(member, bool(d), (now - deadline) / 1000)
+        return [(member, bool(d), deadline / 1000)
                 for (member, deadline), d in zip(free, died, strict=True)]
 
     def tick(self) -> int:
         """One pass; returns how many members it claimed."""
+        if self.backlog is not None:
+            self.backlog.poll((RUNS_QUEUE, TOOLS_QUEUE))  # before the claim: see backlog.py
         claimed = self.claim()
-        for member, died, late in claimed:
+        bound = self.rt.settings.due_seconds
+        for member, died, deadline in claimed:
+            if not died and not self._delivered(member, deadline - bound):
+                log.debug("due: %s deferred, its queue has not drained since it was sent", member)
+                continue  # the claim moved its deadline one bound ahead
             try:
                 log.warning("due: %s%s, %.2f s past its deadline", member,
-                            " (its holder died)" if died else "", late)
+                            " (its holder died)" if died else "", time.time() - deadline)
                 self.handle(member, died)
             except redis.RedisError:
                 raise
             except Exception:  # one bad record must not stop the others
                 log.exception("due watchdog: %s", member)
         return len(claimed)
+
+    def _delivered(self, member: str, sent_at: float) -> bool:
+        """Whether ``member``'s message, sent at ``sent_at``, has left its queue by now."""
+        if self.backlog is None:
+            return True
+        m = parse_member(member)
+        queue = TOOLS_QUEUE if m is not None and m.kind == "tool" else RUNS_QUEUE
+        return self.backlog.clear_since(queue, sent_at)
 
     def handle(self, member: str, died: bool) -> None:
         m = parse_member(member)

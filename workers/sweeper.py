@@ -8,6 +8,8 @@ seconds each worker looks at the newest runs: one still ``queued`` / ``running``
 has not changed for ``REACTQ_STALL_SECONDS`` and whose run lease is not held gets a
 resume-current ``iterate`` — at most once per stall window for the whole fleet (``SET NX``).
 A duplicate is harmless: a stale ``step_no`` is a no-op and a held lease makes it back off.
+A run unchanged since before the runs queue was last seen empty is not stalled but queued
+behind a backlog (``workers/backlog.py``): it is left to its message.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import redis
 
 from reactq.shared.keys import Keys
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.workers.backlog import Backlog
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +33,10 @@ NEWEST = 2000
 Send = Callable[[str, list[Any], str], None]
 
 
-def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None) -> list[str]:
-    """Ids of recent runs that are unfinished, unchanged for ``stall`` s and not held."""
+def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None,
+            backlog: Backlog | None = None) -> list[str]:
+    """Ids of recent runs that are unfinished, unchanged for ``stall`` s and not held (and,
+    given a ``backlog``, unchanged since before the runs queue was last seen empty)."""
     now = time.time() if now is None else now
     ids = [i.decode() for i in r.zrevrange(keys.runs, 0, NEWEST - 1)]
     pipe = r.pipeline(transaction=False)
@@ -42,7 +47,9 @@ def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None) 
     out = []
     for n, run_id in enumerate(ids):
         (status, updated), held = rows[2 * n], rows[2 * n + 1]
-        if status in (b"queued", b"running") and not held and now - float(updated or now) > stall:
+        changed = float(updated or now)
+        if status in (b"queued", b"running") and not held and now - changed > stall and (
+                backlog is None or backlog.clear_since(RUNS_QUEUE, changed)):
             out.append(run_id)
     return out
 
@@ -50,14 +57,15 @@ def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None) 
 class Sweeper(threading.Thread):
     """One per worker process, next to the lease watchdog."""
 
-    def __init__(self, r: redis.Redis, keys: Keys, send: Send, stall: float) -> None:
+    def __init__(self, r: redis.Redis, keys: Keys, send: Send, stall: float,
+                 backlog: Backlog | None = None) -> None:
         super().__init__(daemon=True, name="reactq-sweeper")
-        self.r, self.keys, self.send, self.stall = r, keys, send, stall
+        self.r, self.keys, self.send, self.stall, self.backlog = r, keys, send, stall, backlog
         self.stopped = threading.Event()
 
     def sweep(self) -> list[str]:
         resent = []
-        for run_id in stalled(self.r, self.keys, self.stall):
+        for run_id in stalled(self.r, self.keys, self.stall, backlog=self.backlog):
             # One resend per stall window for the whole fleet.
             if self.r.set(f"{self.keys.prefix}stall:{run_id}", "1", nx=True, ex=max(1, int(self.stall))):
                 log.warning("resuming run %s: unchanged for %.0fs and nobody holds it", run_id, self.stall)

@@ -29,6 +29,7 @@ from reactq.shared.tools.mcp import close_hub
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import drive, faults, flow, toolcall
 from reactq.workers.app import app
+from reactq.workers.backlog import Backlog, broker_depth
 from reactq.workers.due import Crashes, DueWatchdog
 from reactq.workers.runtime import Runtime, runtime
 from reactq.workers.sweeper import Sweeper
@@ -154,10 +155,12 @@ def _start_watchdog(**_: Any) -> None:
     global _watchdog
     publish_catalog()
     if _watchdog is None:
-        _watchdog = DueWatchdog(runtime(), send)
+        # One view of the queues for both: neither resends what still waits in a backlog.
+        backlog = Backlog(broker_depth(app))
+        _watchdog = DueWatchdog(runtime(), send, backlog=backlog)
         _watchdog.start()
         rt = runtime()
-        Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds).start()
+        Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds, backlog=backlog).start()
 
 
 @signals.worker_ready.connect

@@ -107,13 +107,31 @@ def llm_request(state: RunState, schemas: list[dict[str, Any]], json_mode: bool,
     answer alone, native mode says ``tool_choice="none"`` (JSON mode without a schema
     cannot be held to it).
     """
-    answer_only = max_tool_turns is not None and tool_turns(state) >= max_tool_turns
+    answer_only = _answer_only(state, max_tool_turns)
     if state.mode == "native":
         return {"tools": schemas or None,
                 "tool_choice": ("none" if answer_only else "auto") if schemas else None}
     if json_schema:
         return {"response_format": action_schema.response_format(schemas, answer_only=answer_only)}
     return {"response_format": {"type": "json_object"} if json_mode else None}
+
+
+def llm_messages(state: RunState, max_tool_turns: int | None = None) -> list[ChatMessage]:
+    """The history as this turn sends it. A JSON-mode turn that may only answer says so
+    after the last observation, in the request only (the history keeps the observation as
+    it was): SmolLM2-135M, given ``Observation: 9`` alone, answered a word-count question
+    with the sentence it had quoted; told to answer with the result, it said 9."""
+    messages = state.messages
+    if state.mode == "native" or not messages or not _answer_only(state, max_tool_turns):
+        return messages
+    last = messages[-1]
+    if last.role != "user" or not isinstance(last.content, str) or not last.content.startswith("Observation: "):
+        return messages
+    return [*messages[:-1], last.model_copy(update={"content": f"{last.content}\n{P.ANSWER_NOW}"})]
+
+
+def _answer_only(state: RunState, max_tool_turns: int | None) -> bool:
+    return max_tool_turns is not None and tool_turns(state) >= max_tool_turns
 
 
 def tool_turns(state: RunState) -> int:

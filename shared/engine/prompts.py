@@ -64,6 +64,9 @@ TOO_MANY_TOOL_CALLS = (
     "Not run: your reply asked for {n} tool calls and at most {limit} run per turn "
     "(REACTQ_MAX_TOOL_CALLS_PER_TURN). Call it again in a later turn if you still need it."
 )
+# Said after the last observation of a JSON-mode turn that may only answer (max_tool_turns),
+# in the request only: see ``loop.llm_messages``.
+ANSWER_NOW = "Answer with this result."
 CANCELLED_OBSERVATION = "Tool call cancelled: the run was cancelled before it finished."
 INTERRUPTED_OBSERVATION = (
     "Tool call interrupted: the user sent a new message and this run was stopped before "

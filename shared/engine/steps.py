@@ -100,10 +100,10 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     if deps.guard is not None:
         compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
         events += loop.apply_compaction(state, compacted)
+    turns = max_tool_turns(deps.llm)
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),
-                               json_schema=ability(deps.llm, "json_schema"),
-                               max_tool_turns=max_tool_turns(deps.llm))
-    result = await deps.llm.chat(state.messages, **request)
+                               json_schema=ability(deps.llm, "json_schema"), max_tool_turns=turns)
+    result = await deps.llm.chat(loop.llm_messages(state, turns), **request)
     interrupts = await io.interrupts(state.interrupt_cursor)
     events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
     return advanced(state, events, CallLLM())

@@ -41,3 +41,22 @@ def test_a_celery_app_on_a_redis_url_publishes_through_one_client(redis_url: str
     r = redis.Redis.from_url(redis_url)
     assert r.llen(queue) == 50
     r.delete(queue)
+
+
+def test_the_watchdog_counts_what_waits_in_a_queue_of_every_priority(redis_url: str) -> None:
+    """``workers/backlog.py`` reads a queue's depth through kombu: priority lists included,
+    so a backlog of batch runs (low priority) defers resends as much as interactive ones."""
+    from reactq.workers.backlog import broker_depth
+
+    app = Celery("reactq-backlog-test")
+    app.conf.update(celery_config(Settings(redis_url=redis_url)))
+    queue = f"backlog-test-{uuid.uuid4().hex[:8]}"
+    depth = broker_depth(app)
+    assert depth(queue) == 0
+    for priority in (0, 3, 9, 0):
+        app.send_task("reactq.test.noop", args=[priority], queue=queue, priority=priority)
+    assert depth(queue) == 4
+    assert depth(queue) == 4, "counting takes nothing off the queue"
+    r = redis.Redis.from_url(redis_url)
+    for key in r.scan_iter(f"{queue}*"):
+        r.delete(key)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from celery import Celery
@@ -100,3 +102,28 @@ def test_the_deployment_notes_say_how_to_set_rabbitmqs_consumer_timeout() -> Non
     (30 min by default); a tool may run longer. The deploy guide says what to set."""
     text = (Path(__file__).resolve().parents[2] / "deploy" / "README.md").read_text()
     assert "consumer_timeout" in text and "x-max-priority" in text
+
+
+def test_the_watchdog_reads_the_backlog_from_rabbitmq(vhosts: RabbitVhosts) -> None:
+    """``workers/backlog.py`` over AMQP: ready messages counted, a queue not declared yet
+    holds nothing (its 404 closes only the count's own channel: publishing goes on)."""
+    from reactq.workers.backlog import broker_depth
+
+    app = _app(Settings(broker_url=vhosts.url("backlog")))
+    depth = broker_depth(app)
+    assert depth(RUNS_QUEUE) == 0, "not declared yet"
+    _declare(app)
+    for n in range(3):
+        app.send_task(ITERATE, [f"run-{n}", 0], queue=RUNS_QUEUE, priority=n)
+    assert _settled(depth, RUNS_QUEUE, 3) and depth(TOOLS_QUEUE) == 0
+    assert depth("reactq.nonexistent") == 0
+    app.send_task(ITERATE, ["run-3", 0], queue=RUNS_QUEUE)
+    assert _settled(depth, RUNS_QUEUE, 4)
+
+
+def _settled(depth: Any, queue: str, want: int) -> bool:
+    """Publishes without confirms reach the queue a moment after ``send_task`` returns."""
+    deadline = time.monotonic() + 10
+    while depth(queue) != want and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return bool(depth(queue) == want)

@@ -102,8 +102,9 @@ def test_the_public_view_lists_steps_with_status_run_and_result(r: fakeredis.Fak
 
 
 class GatedRedis(fakeredis.FakeRedis):
-    """A client whose pipelines, in the thread named ``gated``, say they ``arrived`` and wait
-    for ``gate`` before they execute: one creator is held half-way while another one runs."""
+    """A client whose pipelines and scripts (the record's write), in the thread named
+    ``gated``, say they ``arrived`` and wait for ``gate`` before they execute: one creator is
+    held half-way while another one runs."""
 
     gated = ""
     arrived = threading.Event()
@@ -121,6 +122,12 @@ class GatedRedis(fakeredis.FakeRedis):
 
             pipe.execute = held
         return pipe
+
+    def eval(self, *args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread().name == self.gated:
+            self.arrived.set()
+            assert self.gate.wait(10)
+        return super().eval(*args, **kwargs)
 
 
 def _dag_hashes(r: fakeredis.FakeRedis) -> list[bytes]:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from tests.unit.engine_kit import AddArgs, add_tool, echo_tool, run
 
 from reactq.shared.engine.action_schema import action_schema
+from reactq.shared.engine.prompts import ANSWER_NOW
 from reactq.shared.llm.registry import load_registry
 from reactq.shared.llm.testing import ScriptedLLM, final, text, tool_calls, tool_json
 from reactq.shared.models import ChatMessage
@@ -94,6 +95,22 @@ async def test_json_schema_then_answer_only_after_max_tool_turns_and_no_synthesi
     assert out.done["answer"] == "6.75" and out.state.final_answer == "6.75"
     deltas = "".join(d["content"] for d in out.of("answer", status="delta"))
     assert deltas == "6.75" and out.of("answer", status="done")
+
+
+async def test_the_turn_that_may_only_answer_is_told_so_after_the_observation():
+    """In the request only: the history keeps the observation as the tool gave it."""
+    llm = _small([tool_json("add", {"a": 2.5, "b": 4.25}), final("6.75")],
+                 max_tool_turns=1, answer_synthesis=False)
+    out = await run(llm, [add_tool()], query="add 2.5 and 4.25")
+    first, second = (c.messages for c in out.loop_calls())
+    assert second[-1].content == f"Observation: 6.75\n{ANSWER_NOW}"
+    assert all(ANSWER_NOW not in str(m.content) for m in first + out.state.messages)
+
+
+async def test_a_turn_that_may_still_call_tools_sees_the_observation_alone():
+    llm = _small([tool_json("echo", {"text": "a"}), final("a"), text("synth")])
+    out = await run(llm, [echo_tool()])
+    assert out.loop_calls()[1].messages[-1].content == "Observation: a"
 
 
 async def test_without_max_tool_turns_every_turn_may_call_a_tool():

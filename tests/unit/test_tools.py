@@ -260,6 +260,14 @@ async def test_text_stats_counts_characters_words_lines_and_sentences(
     assert json.loads(str(await text_stats.invoke({"text": text}))) == stats
 
 
+async def test_text_stats_returns_only_the_count_asked_for() -> None:
+    """``only``: one count, as the bare number (nothing for a small model to misread)."""
+    text = "the quick brown fox jumps over the lazy dog"
+    assert await text_stats.invoke({"text": text, "only": "words"}) == "9"
+    with pytest.raises(ToolArgumentsError, match="only"):
+        await text_stats.invoke({"text": text, "only": "syllables"})
+
+
 async def test_echo_is_the_spec_fixture() -> None:
     """§0 EchoTool: name echo, "Echoes the input text back.", one required string `text`."""
     assert echo.name == "echo"
