@@ -364,13 +364,15 @@ def test_cancel_stops_running_steps_and_skips_pending_ones(dag_cluster: Cluster,
     uid = uuid.uuid4().hex[:8]
     goal = f"Cancel me [{uid}]"
     script_dag(llm, goal, analysis={"achieved": True, "confidence": 1.0, "reasoning": "-"})
-    script_step(llm, f"Long {uid}", slow_turns(f"long-{uid}", 2.0), "never")
+    # The slow tool records itself when it ends: a second, longer call is still running when
+    # the cancel comes (with one call, the run's last turn and answer could finish first).
+    script_step(llm, f"Long {uid}", [
+        reply_tool_calls([(f"call-{uid}-1", "slow", {"tag": f"long-{uid}", "seconds": 0.2})]),
+        *slow_turns(f"longer-{uid}", 3.0)], "never")
     handle = dag_cluster.dags.submit(DagRequest(goal=goal, steps=[
         PlanStepIn(id="A", task=f"Long {uid}"),
         PlanStepIn(id="B", task=f"After {uid}", dependencies=["A"])]))
-    wait_for(lambda: tool_runs(dag_cluster.r, f"long-{uid}") or
-             any(e.data.get("event") == "progress" for _, e in dag_cluster.dags.store.read_events(handle.dag_id)),
-             what="A's tool to start")
+    wait_for(lambda: tool_runs(dag_cluster.r, f"long-{uid}"), what="A's first tool call to end")
     handle.cancel()
     result = handle.result(timeout=10)
     assert result["status"] == "cancelled"
