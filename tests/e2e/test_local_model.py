@@ -20,6 +20,7 @@ from tests.e2e.conftest import FC_MODEL
 from reactq.dispatcher.demo import load_questions
 from reactq.dispatcher.metrics import snapshot
 from reactq.shared.engine.action_schema import action_schema
+from reactq.shared.engine.prompts import ANSWER_NOW
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.events import Event
 from reactq.shared.requests import RunRequest
@@ -142,5 +143,7 @@ def test_a_sample_question_as_reactq_run_and_the_demo_ask_it(e2e_dispatcher, rec
         == q["tools"]
     assert first["repeat_penalty"] == 1.0
     assert after_tool["response_format"]["schema"] == action_schema([], answer_only=True)
-    assert {"role": "user", "content": f"Observation: {done[0]['observation']}"} in after_tool["messages"]
+    # The answer-only turn is told to answer with the result (``loop.llm_messages``).
+    assert {"role": "user", "content": f"Observation: {done[0]['observation']}\n{ANSWER_NOW}"} \
+        in after_tool["messages"]
     assert not [r for r in requests if r.get("stream")]  # no synthesis call
