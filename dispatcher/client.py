@@ -30,6 +30,7 @@ from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
+from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 from reactq.shared.idempotency import idempotent_id
 
@@ -108,6 +109,24 @@ class RunHandle:
         # Nudge: a run waiting on slow tools ends now instead of when they report.
         self.d.send(ITERATE, [self.run_id, rec.step_no])
 
+    def approvals(self) -> list[dict[str, Any]]:
+        """The run's approvals (every status), oldest first."""
+        self.d.store.status(self.run_id)  # RunNotFound for an unknown run
+        return self.d.approvals.for_run(self.run_id)
+
+    def decide(self, approval_id: str, decision: str, *, args_digest: str | None = None,
+               args: dict[str, Any] | None = None, message: str | None = None,
+               by: str | None = None) -> dict[str, Any]:
+        """Decide a pending approval: ``approve``, ``edit`` (with ``args``), ``reject``
+        (optional ``message`` for the model) or ``respond`` (``message`` is the call's answer).
+        ``args_digest``: that of the arguments the decider saw (default: the pending
+        request's, read now). Returns ``{approval_id, status}``; ``ApprovalConflict`` when it
+        was decided already or the digest differs, ``RunNotFound`` for an unknown id."""
+        from reactq.dispatcher.approvals import decide
+
+        return decide(self.d, self.run_id, approval_id, decision, args_digest=args_digest, args=args,
+                      message=message, by=by)
+
     def result(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
         """Wait until the run ended; returns its stored result. ``TimeoutError`` otherwise."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -136,6 +155,10 @@ class Dispatcher:
     def store(self) -> RunStore:
         return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
                         maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
+
+    @cached_property
+    def approvals(self) -> ApprovalStore:
+        return approvals_of(self.store)
 
     @cached_property
     def celery(self) -> Celery:

@@ -72,6 +72,8 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     )
     state.priority = request.priority
     state.token_budget = request.token_budget
+    if request.approval is not None:
+        state.approval = request.approval.model_dump(mode="json")
     return state
 
 

@@ -14,7 +14,8 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``run:{id}:interrupts``           | stream | dispatcher            | with the run                |
 | ``run:{id}:tools``                | hash   | tool tasks (ledger)   | with the run                |
 |   field tool_call_id → JSON {status: pending|done, token, outcome}
-| ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run                |
+|   field approval:<approval_id> → JSON approval record (``shared/stores/approvals.py``)
+| ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run; none while a call waits |
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
 | ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
@@ -26,11 +27,13 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``lease:{lease-N}:held:{member}`` | string | workers (SET NX PX)   | the lease TTL               |
 |   N = crc32(member) mod ``LEASE_SHARDS``: one shard's three keys share a slot
 | ``due``                           | zset   | run/DAG commits (Lua) | none (member → deadline ms) |
-|   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``: work committed and not yet
+|   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``, ``approval:{id}:{call}`` (an
+|   approval's expiry): work committed and not yet
 |   finished; watchdogs resend what is past its deadline and holds no lease (workers/due.py).
 |   A cross-run structure (one per deployment), like ``runs``: not hash-tagged.
 |   Resend counts live in the owner's hash: ``run:{id}`` fields ``due_n``, ``due_n:{call}``;
 |   ``dag:{id}`` field ``due_n``.
+| ``approvals:pending``             | zset   | approval scripts      | none (``run/approval`` → requested_at) |
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
@@ -118,6 +121,12 @@ class Keys:
         """Work committed and not finished (zset: member → deadline ms), see workers/due.py.
         A cross-run key: written beside a run's scripts on a Redis Cluster (shared/store.py)."""
         return f"{self.prefix}due"
+
+    @property
+    def approvals_pending(self) -> str:
+        """The operators' inbox: pending approvals of every run (zset: ``run_id/approval_id``
+        → requested_at, s). Cross-run, like ``due``: written beside the run's scripts."""
+        return f"{self.prefix}approvals:pending"
 
     def runs_thread(self, thread_id: str) -> str:
         return f"{self.prefix}runs:thread:{thread_id}"

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from reactq.shared.engine.approval import ApprovalPolicy
 from reactq.shared.errors import RequestError
 
 Mode = Literal["auto", "json", "native"]
@@ -44,6 +45,8 @@ class RunRequest(BaseModel):
     """Who gets a rate-limited model's capacity first (batch lines default to ``batch``)."""
     token_budget: int | None = Field(None, ge=1)
     """The run's cap on LLM tokens (every call paid); reached ⇒ the max-iterations summary."""
+    approval: ApprovalPolicy | None = None
+    """Which of the run's calls wait for a person (adds to the tools' ``requires_approval``)."""
 
     @field_validator("query")
     @classmethod
@@ -92,5 +95,7 @@ def check_names(field: str, names: list[str] | None, known: list[str], what: str
 def check_run_request(req: RunRequest, *, tools: list[str], models: list[str]) -> None:
     """The registry-dependent part of validation (unknown tool or model names)."""
     check_names("tools", req.tools, tools, "tool names")
+    if req.approval is not None and isinstance(req.approval.tools, list):
+        check_names("approval.tools", req.approval.tools, tools, "tool names")
     if req.model is not None:
         check_names("model", [req.model], models, "model")

@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     """Tokens a call reserves for its completion when it sets no ``max_tokens``."""
     flow_inline_wait_s: float = Field(0.25, ge=0)
     """A wait for capacity up to this long is waited out in place; longer frees the slot."""
+    approval_timeout_s: int = Field(86_400, ge=1, le=30 * 24 * 3600)
+    """How long an approval waits when the run's ``approval.timeout_s`` does not say."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
     # Tools from MCP servers (path of a TOML file, see reactq.shared.tools.mcp.config).

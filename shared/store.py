@@ -39,7 +39,7 @@ from reactq.shared.store_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD,
 from reactq.shared.streams import PUBLISH, entries_after, read_events, text, triples
 
 # The statuses the run index keeps a set for.
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+RUN_STATUSES = ("queued", "running", "waiting", "succeeded", "failed", "cancelled")
 
 @dataclass
 class RunRecord:
@@ -60,6 +60,10 @@ class RunRecord:
     """With ``load_step``: the ledger records of the pending turn's calls (those written)."""
     turn_began: float | None = None
     """When the pending tool turn's LLM call began (metrics: the turn's duration)."""
+    waiting: int = 0
+    """Calls of the pending turn that wait for a person's decision."""
+    waiting_seen: bool = False
+    """Whether a call of the run ever waited (approval events then moved ``pub_seq``)."""
 
 
 class RunStore:
@@ -235,6 +239,12 @@ class RunStore:
         else:
             self.r.zadd(self.keys.due, {pairs[i + 1]: pairs[i] for i in range(0, len(pairs), 2)})
 
+    def move_status(self, run_id: str, status: str, created_at: float | None = None) -> None:
+        """Move the run to ``status``'s index set after a script changed its status (approvals)."""
+        if created_at is None:
+            created_at = float(text(self.r.hget(self.keys.run(run_id), "created_at") or b"0"))
+        self._index_status(run_id, status, created_at)
+
     def _index_status(self, run_id: str, status: str, created_at: float) -> None:
         """Move the run to its new status set (after the commit: other slots). A crash in
         between leaves a stale row, which the listing corrects against the run hash."""
@@ -354,6 +364,7 @@ def _record(run_id: str, f: dict[str, Any]) -> RunRecord:
         cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
         result=json.loads(f["result"]) if "result" in f else None,
         turn_began=float(began) if began else None,
+        waiting=int(f.get("waiting", 0) or 0), waiting_seen="waiting" in f,
     )
 
 

@@ -67,6 +67,9 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send,
     state = rec.state or _initial_state(rt, rec)
     if rec.state is None and not threads.prepare(rt, rec, state):
         return
+    if rec.waiting_seen and isinstance(next_step(state), RunTools):
+        # Approval events were published while the turn was out (shared/stores/approvals_lua.py).
+        state.seq = max(state.seq, rec.pub_seq)
     flow.set_message_priority(state)
     io = StoreIO(rt, run_id, rec.cancel)
     current = rec.step_no
@@ -81,6 +84,8 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send,
         if not _commit(rt, state, current, adv, send, chain=True, began=began, early=early,
                        turn_began=loaded.turn_began if loaded else None):
             flow.discard(gate)
+            if rec.waiting and isinstance(adv.next, Done):
+                rt.approvals.cancel_pending(run_id)  # stopped while a person was to decide
             return
         io.published = max([io.published, *(e.seq for e in early)])
         loaded = None
@@ -249,9 +254,12 @@ def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], st
     else:
         outcomes = rt.store.ledger_outcomes(state.run_id, ids)
     if len(outcomes) < len(calls):
-        # Resumed by the watchdog before every tool reported: send what nobody is running.
+        # Resumed by the watchdog before every tool reported: send what nobody is running
+        # (a call that waits for a person is sent by its decision).
+        waiting = _waiting_calls(loaded)
         for call in calls:
-            if call.id not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{call.id}"):
+            if call.id not in outcomes and call.id not in waiting \
+                    and not rt.leases.alive(f"tool:{state.run_id}:{call.id}"):
                 send(TOOL, [state.run_id, step_no, call.id, call.name], TOOLS)
         return None
     deps = rt.deps_for(state)
@@ -259,6 +267,11 @@ def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], st
     step_io: steps.StepIO = io if loaded is None or loaded.interrupts is None else LoadedIO(io, loaded.interrupts)
     adv: Advance = rt.run(steps.finish_tools(state, deps, step_io, outcomes))
     return replace(adv, events=events + adv.events)
+
+
+def _waiting_calls(loaded: RunRecord | None) -> set[str]:
+    ledger = loaded.ledger if loaded is not None and loaded.ledger is not None else {}
+    return {cid for cid, rec in ledger.items() if rec.get("status") == "waiting"}
 
 
 def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:

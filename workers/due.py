@@ -171,9 +171,9 @@ class DueWatchdog(threading.Thread):
 
     def _delivered(self, member: str, sent_at: float) -> bool:
         """Whether ``member``'s message, sent at ``sent_at``, has left its queue by now."""
-        if self.backlog is None:
-            return True
         m = parse_member(member)
+        if self.backlog is None or (m is not None and m.kind == "approval"):
+            return True  # an approval's expiry is no message waiting in a queue
         queue = TOOLS_QUEUE if m is not None and m.kind == "tool" else RUNS_QUEUE
         return self.backlog.clear_since(queue, sent_at)
 
@@ -185,6 +185,8 @@ class DueWatchdog(threading.Thread):
             self._run(member, m, died)
         elif m.kind == "tool":
             self._tool(member, m, died)
+        elif m.kind == "approval":
+            self._approval(member, m)
         else:
             self._dag(member, m, died)
 
@@ -224,6 +226,14 @@ class DueWatchdog(threading.Thread):
         log.info("resending tool call %s of run %s%s", m.call_id, m.owner,
                     " (its worker died)" if died else "")
         self.send(TOOL, [m.owner, step_no, m.call_id, call.name], TOOLS_QUEUE)
+
+    def _approval(self, member: str, m: Member) -> None:
+        """An approval's expiry: ``on_timeout`` applies (its decision removes the member)."""
+        from reactq.workers.runs import approvals
+
+        assert m.call_id is not None
+        if approvals.expire(self.rt, m.owner, m.call_id, self.send):
+            self._forget(member)
 
     def _dag(self, member: str, m: Member, died: bool) -> None:
         from reactq.workers.dags import drive as dag_drive  # the DAG tasks import this module's users

@@ -29,6 +29,7 @@ from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.calls import CallLedger
 from reactq.shared.store import RunStore
+from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
@@ -58,6 +59,10 @@ class Runtime:
     @cached_property
     def calls(self) -> CallLedger:
         return CallLedger(self.store)
+
+    @cached_property
+    def approvals(self) -> ApprovalStore:
+        return approvals_of(self.store)
 
     @cached_property
     def leases(self) -> Leases:

@@ -53,6 +53,12 @@ class ToolOutcome(BaseModel):
     ended_at: float = 0.0
     worker: str | None = None
     side_effects: list[str] = Field(default_factory=list)
+    approval: str | None = None
+    """The call waited for a person: how it was decided (approved, edited, rejected, …)."""
+    approved_args: dict[str, Any] | None = None
+    """The arguments a person approved in place of the model's (an edit)."""
+    ask: str | None = None
+    """Set by a PreToolUse hook's ``ask``: the call was not run, it waits for a person."""
 
 
 class Interrupt(BaseModel):
@@ -121,6 +127,8 @@ class RunState(BaseModel):
     """Flow control: who gets a rate-limited model first (RunRequest.priority)."""
     token_budget: int | None = None
     """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
+    approval: dict[str, Any] | None = None
+    """RunRequest.approval (``ApprovalPolicy`` as JSON): which calls wait for a person."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
 

@@ -48,6 +48,10 @@ class HookResult:
     modified_result: str | None = None
     side_effects: list[str] = field(default_factory=list)
     error: str | None = None
+    ask: bool = False
+    """PreToolUse: the call waits for a person's decision before it runs."""
+    reason: str | None = None
+    """Why it asks (shown with the approval request)."""
 
 
 Handler = Callable[[HookContext], Awaitable[HookResult]]
@@ -119,10 +123,12 @@ class HookRegistry:
         return res
 
     async def run_pre_tool(self, ctx: HookContext) -> HookResult:
-        """Run PRE hooks; the first ``allow=False`` stops the chain (S36b)."""
+        """Run PRE hooks; the first ``allow=False`` stops the chain (S36b). The first hook
+        that asks for approval gives the result its ``ask`` and ``reason``."""
         args = dict(ctx.tool_args or {})
         modified: dict[str, Any] | None = None
         effects: list[str] = []
+        ask: HookResult | None = None
         for hook in self._ordered(HookPoint.PRE_TOOL_USE, ctx.tool_name):
             ctx.tool_args = args
             res = await self._call(hook, ctx)
@@ -136,7 +142,10 @@ class HookRegistry:
             if res.modified_args is not None:
                 modified = res.modified_args
                 args = dict(res.modified_args)
-        return HookResult(allow=True, modified_args=modified, side_effects=effects)
+            if res.ask and ask is None:
+                ask = HookResult(ask=True, reason=res.reason or f"hook '{hook.name}' asks for approval")
+        return HookResult(allow=True, modified_args=modified, side_effects=effects,
+                          ask=ask is not None, reason=ask.reason if ask else None)
 
     async def run_post_tool(self, ctx: HookContext) -> HookResult:
         """Run POST hooks, each fed the result as rewritten so far (S36c)."""

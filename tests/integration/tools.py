@@ -102,8 +102,24 @@ die = Tool(name="die", description="Kills its worker (tests of the crash limit).
 
 
 
+class TransferArgs(BaseModel):
+    tag: str = Field(description="a label recorded with the run")
+    amount: int = Field(1, ge=0)
+
+
+def _transfer(tag: str, amount: int = 1) -> str:
+    started = time.time()
+    _record(tag, started)
+    return f"moved {amount} ({tag})"
+
+
+# Approvals: a non-idempotent action a person must approve (each run is recorded).
+transfer = Tool(name="transfer", description="Moves money (needs a person's approval).",
+                args_model=TransferArgs, fn=_transfer, idempotent=False, isolate=False,
+                requires_approval=True)
+
 # default_registry adds these to the built-in tools.
-TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s]
+TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s, transfer]
 # The crash-limit tests load these (``die`` kills its worker; kept out of TOOLS so that the
 # other tests' catalogs stay under the tool-selection threshold).
 CRASH_TOOLS = [*TOOLS, die]

@@ -1,0 +1,78 @@
+"""Approval routes: a run's approvals, the operators' inbox, and the decision.
+
+``GET /v1/runs/{id}/approvals`` → ``{approvals: [...]}`` (oldest first);
+``GET /v1/approvals?status=pending&limit=&cursor=`` → ``{approvals, next_cursor}``, every
+run's pending approvals, oldest first; ``POST /v1/runs/{id}/approvals/{approval_id}``
+``{decision, args_digest, args?, message?, by?}`` → 200 ``{approval_id, status}``: 409 when
+it was decided already (naming how) or ``args_digest`` is not the pending request's, 404 for
+an unknown run or approval, 422 naming a bad field.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from reactq.dispatcher.approvals import MAX_MESSAGE, decide
+from reactq.dispatcher.http.errors import conflict, field_error
+from reactq.dispatcher.http.gateway import GatewayDep, IdPath
+from reactq.shared.errors import ApprovalConflict, RequestError
+from reactq.shared.stores.approvals import MAX_LIMIT
+
+router = APIRouter(tags=["approvals"])
+
+
+class DecisionIn(BaseModel):
+    """A person's decision on one pending approval."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: Literal["approve", "reject", "edit", "respond"]
+    args_digest: str = Field(..., pattern=r"^[0-9a-f]{64}$")
+    """The ``args_digest`` of the request the decider saw (hex SHA-256)."""
+    args: dict[str, Any] | None = None
+    """``edit``: the arguments to run the call with."""
+    message: str | None = Field(None, max_length=MAX_MESSAGE)
+    """``reject``: shown to the model; ``respond``: the call's answer."""
+    by: str | None = Field(None, max_length=200)
+    """Who decided (kept with the approval)."""
+
+
+class DecisionOut(BaseModel):
+    approval_id: str
+    status: str
+
+
+@router.get("/v1/runs/{run_id}/approvals")
+def run_approvals(run_id: IdPath, gw: GatewayDep) -> Any:
+    """The run's approvals, every status, oldest first."""
+    return {"approvals": gw.dispatcher.handle(run_id).approvals()}
+
+
+@router.post("/v1/runs/{run_id}/approvals/{approval_id}", response_model=DecisionOut)
+def decide_approval(run_id: IdPath, approval_id: IdPath, body: DecisionIn, gw: GatewayDep) -> Any:
+    """Approve, edit, reject or respond; once, for the arguments the decider saw."""
+    gw.dispatcher.handle(run_id)  # 404 for an unknown run
+    try:
+        return decide(gw.dispatcher, run_id, approval_id, body.decision, args_digest=body.args_digest,
+                      args=body.args, message=body.message, by=body.by)
+    except ApprovalConflict as exc:
+        return conflict(str(exc))
+    except RequestError as exc:
+        return field_error(exc.field, str(exc))
+
+
+@router.get("/v1/approvals")
+def approvals_inbox(gw: GatewayDep, status: str = Query("pending"),
+                    limit: int = Query(50, ge=1, le=MAX_LIMIT),
+                    cursor: str | None = Query(None, max_length=600)) -> Any:
+    """Every run's pending approvals, oldest first, a page at a time."""
+    if status != "pending":
+        return field_error("status", "status: only 'pending' is listed across runs "
+                                     "(GET /v1/runs/{id}/approvals lists every status)", where="query")
+    try:
+        return gw.dispatcher.approvals.inbox(limit=limit, cursor=cursor)
+    except RequestError as exc:
+        return field_error(exc.field, str(exc), where="query")
