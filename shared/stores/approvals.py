@@ -25,7 +25,7 @@ import binascii
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -140,7 +140,7 @@ class ApprovalStore:
         while len(rows) < limit:
             window = self.r.zrangebyscore(self.keys.approvals_pending, low, "+inf", start=0,
                                           num=limit + 16, withscores=True)
-            cands = [(text(m), float(s)) for m, s in window]
+            cands = [(text(m), float(s)) for m, s in cast(list[tuple[Any, float]], window)]
             if after is not None:
                 cands = [(m, s) for m, s in cands if s > after[0] or (s == after[0] and m > after[1])]
             if not cands:
@@ -182,7 +182,7 @@ class ApprovalStore:
             raise RunNotFound(f"run {run_id!r} has no approval {approval_id!r}")
         record = json.loads(raw)
         _check_open(record, digest)
-        turn = json.loads(turn_raw) if turn_raw else {"step_no": -1, "calls": []}
+        turn: dict[str, Any] = json.loads(turn_raw) if turn_raw else {"step_no": -1, "calls": []}
         status = "expired" if decision == "expire" else A.DECIDED[decision]
         decided = A.decided_record(record, status, decided_at=now, by=by,
                                    args=args if decision == "edit" else None, message=message)

@@ -240,3 +240,41 @@ def test_cancel_while_waiting_ends_the_run_within_a_second(workers: Any, dispatc
                         json={"decision": "approve", "args_digest": req["args_digest"]})
     assert refused.status_code == 409
     assert _runs_of(r, tag) == []
+
+
+@pytest.fixture(scope="module")
+def asking(redis_url: str, llm: LLMFixture, backend: Any,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Dispatcher, redis.Redis]]:
+    """Two workers of their own (database 13) whose PreToolUse hook asks for approval."""
+    from reactq.shared.settings import Settings
+    from tests.integration.conftest import WorkerFactory
+
+    url, env = backend.isolated(13)
+    r = backend.client(url)
+    if backend.kind != "cluster":
+        r.flushdb()
+    factory = WorkerFactory(url, llm, tmp_path_factory.mktemp("approvals"), env)
+    started = [factory.start(name, wait=False, concurrency=2, REACTQ_HOOKS="tests.integration.tools:ASK_HOOKS")
+               for name in ("ask-a", "ask-b")]
+    for w in started:
+        factory.wait_ready(w)
+    settings = Settings(redis_url=url, model="scripted", tools="tests.integration.tools:TOOLS", demo_tools=True,
+                        openai_api_key="k", openai_base_url=llm.server.base_url, **backend.settings(env))
+    yield Dispatcher(settings), r
+    factory.stop_all()
+
+
+def test_a_hook_that_asks_makes_the_call_wait(asking: tuple[Dispatcher, redis.Redis], llm: LLMFixture) -> None:
+    d, r = asking
+    tag = f"ask-{uuid.uuid4().hex[:6]}"
+    calls = [("s1", "slow", {"tag": tag, "seconds": 0}), ("s2", "slow", {"tag": f"free-{tag}", "seconds": 0})]
+    q = llm.script(llm.unique("approvals hook"), [reply_tool_calls(calls), reply_text("ok")],
+                   synthesis=reply_text("ok"))
+    h = d.submit(RunRequest(query=q, completion_check=False))
+    req = _requested(h)[0]
+    assert req["tool_call_id"] == "s1" and req["reason"] == "a tag that starts with 'ask' needs a person"
+    _wait(lambda: _runs_of(r, f"free-{tag}"), "the call beside it to run")
+    assert _runs_of(r, tag) == []
+    h.decide(req["approval_id"], "approve")
+    assert h.result(timeout=60)["status"] == "succeeded"
+    assert len(_runs_of(r, tag)) == 1 and _done(h, "s1")["approval"] == "approved"

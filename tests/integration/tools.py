@@ -16,6 +16,7 @@ import time
 import redis
 from pydantic import BaseModel, Field
 
+from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
 from reactq.shared.tools.base import Tool
@@ -123,3 +124,15 @@ TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s, transfer]
 # The crash-limit tests load these (``die`` kills its worker; kept out of TOOLS so that the
 # other tests' catalogs stay under the tool-selection threshold).
 CRASH_TOOLS = [*TOOLS, die]
+
+
+async def _ask_for_big_tags(ctx: HookContext) -> HookResult:
+    """Asks a person before ``slow`` runs with a tag that starts with ``ask``."""
+    if str((ctx.tool_args or {}).get("tag", "")).startswith("ask"):
+        return HookResult(ask=True, reason="a tag that starts with 'ask' needs a person")
+    return HookResult()
+
+
+# The approval tests' workers load these (REACTQ_HOOKS): a PreToolUse hook that asks.
+ASK_HOOKS = [Hook(name="ask_for_big_tags", hook_point=HookPoint.PRE_TOOL_USE, handler=_ask_for_big_tags,
+                  tool_filter="slow")]
