@@ -24,7 +24,9 @@ from reactq.shared.engine.result import run_tool_names
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
+from reactq.shared.engine.approval import wait_reason
 from reactq.shared.engine.toolexec import execute_call
+from reactq.shared.engine.waiting import Approver, decide_and_run
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookRegistry
@@ -47,6 +49,8 @@ class EngineDeps:
     guard: ContextGuard | None = None
     selection_llm: LLM | None = None
     clock: Callable[[], float] = time.time
+    approver: Approver | None = None
+    """The in-process shell's decider for calls that wait for a person (``engine/waiting.py``)."""
     _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """Filtered registries and their schemas by (names, size of ``registry``): every turn
@@ -109,20 +113,29 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     return advanced(state, events, CallLLM())
 
 
-async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: str | None = None) -> ToolOutcome:
-    """Execute one pending call of the current turn (a Celery subtask runs exactly this)."""
+async def run_tool(state: RunState, deps: EngineDeps, call_id: str, io: StepIO, *,
+                   worker: str | None = None) -> ToolOutcome:
+    """Execute one pending call of the current turn in this process; a call that must wait
+    for a person asks ``deps.approver`` first (the Celery shell: ``workers/runs/approvals.py``)."""
     call = next(c for c in state.pending_calls if c.id == call_id)
-    return await execute_call(call, registry=deps.run_registry(state), hooks=deps.hooks,
-                              run_id=state.run_id, metadata=state.metadata, clock=deps.clock,
-                              worker=worker)
+    registry = deps.run_registry(state)
+    flag = call.name in registry and registry.get(call.name).requires_approval
+    reason = wait_reason(call.name, flag, state.approval)
+    if reason is None:
+        out = await execute_call(call, registry=registry, hooks=deps.hooks, run_id=state.run_id,
+                                 metadata=state.metadata, clock=deps.clock, worker=worker)
+        if out.ask is None:
+            return out
+        reason = out.ask
+    return await decide_and_run(state, deps, call, reason, io)
 
 
 async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """``RunTools`` in one process: every call of the turn concurrently (S11)."""
     if len(state.pending_calls) == 1:  # nothing to run beside it: no task to schedule
-        outcomes = [await run_tool(state, deps, state.pending_calls[0].id)]
+        outcomes = [await run_tool(state, deps, state.pending_calls[0].id, io)]
     else:
-        outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
+        outcomes = await asyncio.gather(*(run_tool(state, deps, c.id, io) for c in state.pending_calls))
     return await finish_tools(state, deps, io, {o.tool_call_id: o for o in outcomes})
 
 
