@@ -5,6 +5,7 @@
 ``batches``        ``batch`` (a JSONL file), ``batch-cancel`` (an HTTP batch)
 ``dags``           ``dag`` (loaded only when used)
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
+``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
 ``ops``            ``serve``, ``worker``, ``down``, ``models``, ``tools``
 ``common``         consoles, exit codes, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
@@ -30,7 +31,7 @@ import sys
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import batches, ops, runs, threads
+from reactq.dispatcher.cli import approvals, batches, ops, runs, threads
 from reactq.dispatcher.cli.common import EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -58,6 +59,8 @@ app.command(context_settings=_PASS_THROUGH)(ops.worker)
 for command in (ops.down, ops.models, ops.tools):
     app.command()(command)
 app.command("thread")(threads.thread)
+for command in (approvals.approvals, approvals.approve, approvals.reject, approvals.respond):
+    app.command()(command)
 app.command("batch-cancel")(batches.batch_cancel)
 
 

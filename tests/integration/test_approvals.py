@@ -278,3 +278,57 @@ def test_a_hook_that_asks_makes_the_call_wait(asking: tuple[Dispatcher, redis.Re
     h.decide(req["approval_id"], "approve")
     assert h.result(timeout=60)["status"] == "succeeded"
     assert len(_runs_of(r, tag)) == 1 and _done(h, "s1")["approval"] == "approved"
+
+
+def test_people_decide_from_the_cli(workers: Any, dispatcher: Dispatcher, llm: LLMFixture, r: redis.Redis,
+                                    redis_url: str) -> None:
+    from tests.integration.conftest import worker_env
+    from tests.integration.test_cli import reactq
+
+    env = worker_env(redis_url, llm, COLUMNS="200")
+    tag = f"cli-{uuid.uuid4().hex[:6]}"
+    h = _transfer_run(llm, dispatcher, tag)
+    req = _requested(h)[0]
+    listed = reactq("approvals", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert req["approval_id"] in [a["approval_id"] for a in json.loads(listed.stdout)["approvals"]]
+    table = reactq("approvals", "--run", h.run_id, env=env)
+    assert req["approval_id"] in table.stdout and "transfer" in table.stdout and tag in table.stdout
+    bad = reactq("approve", h.run_id, req["approval_id"], "--args", "[1]", env=env)
+    assert bad.returncode == 2 and "--args" in bad.stderr
+    done = reactq("approve", h.run_id, req["approval_id"], "--args", json.dumps({"tag": tag, "amount": 1}),
+                  "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"approval_id": req["approval_id"], "status": "edited"}
+    again = reactq("reject", h.run_id, req["approval_id"], "--message", "no", env=env)
+    assert again.returncode == 1 and "already decided: edited" in again.stderr
+    assert h.result(timeout=60)["status"] == "succeeded"
+    assert _tool_message(llm, h, "t1") == f"moved 1 ({tag})"
+    assert reactq("respond", h.run_id, "apr_unknown", "text", env=env).returncode == 2
+
+
+def test_the_inbox_lists_every_run_oldest_first_a_page_at_a_time(workers: Any, dispatcher: Dispatcher,
+                                                                 llm: LLMFixture, http: Any) -> None:
+    handles = []
+    for n in range(3):
+        handles.append(_transfer_run(llm, dispatcher, f"inbox-{n}-{uuid.uuid4().hex[:6]}"))
+        _requested(handles[-1])  # one after the other: requested_at orders them
+    ids = [_requested(h)[0]["approval_id"] for h in handles]
+    seen: list[str] = []
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = http.get("/v1/approvals", params=params).json()
+        seen += [a["approval_id"] for a in page["approvals"]]
+        cursor = page["next_cursor"]
+        if not cursor:
+            break
+    assert [i for i in seen if i in ids] == ids
+    times = [a["requested_at"] for a in dispatcher.approvals.inbox(limit=500)["approvals"]]
+    assert times == sorted(times)
+    assert http.get("/v1/approvals", params={"status": "approved"}).status_code == 422
+    assert http.get("/v1/approvals", params={"cursor": "nope!"}).status_code == 422
+    for h in handles:
+        h.cancel()
+    for h in handles:
+        assert h.result(timeout=30)["status"] == "cancelled"
