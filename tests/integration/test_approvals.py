@@ -332,3 +332,41 @@ def test_the_inbox_lists_every_run_oldest_first_a_page_at_a_time(workers: Any, d
         h.cancel()
     for h in handles:
         assert h.result(timeout=30)["status"] == "cancelled"
+
+
+def test_metrics_count_pending_approvals_decisions_and_waits(workers: Any, dispatcher: Dispatcher,
+                                                            llm: LLMFixture) -> None:
+    from reactq.dispatcher.metrics import snapshot
+
+    def decided(snap: dict[str, Any]) -> float:
+        return float(snap.get("reactq_approval_decisions_total", {}).get((("decision", "rejected"),), 0))
+
+    before = snapshot(dispatcher.settings)
+    h = _transfer_run(llm, dispatcher, f"metrics-{uuid.uuid4().hex[:6]}")
+    req = _requested(h)[0]
+    waiting = snapshot(dispatcher.settings)
+    assert waiting["reactq_approvals_pending"][()] >= 1
+    h.decide(req["approval_id"], "reject")
+    after = snapshot(dispatcher.settings)
+    assert decided(after) == decided(before) + 1
+    counts = after["reactq_approval_wait_seconds_count"]
+    assert counts[(("decision", "rejected"),)] >= 1
+    assert h.result(timeout=60)["status"] == "succeeded"
+
+
+def test_an_interrupt_while_waiting_is_held_for_the_next_turn(workers: Any, dispatcher: Dispatcher,
+                                                              llm: LLMFixture) -> None:
+    h = _transfer_run(llm, dispatcher, f"interrupt-{uuid.uuid4().hex[:6]}")
+    req = _requested(h)[0]
+    _wait(lambda: h.status()["status"] == "waiting", "status waiting")
+    h.interrupt("also say hello")
+    time.sleep(0.5)
+    assert h.status()["status"] == "waiting"
+    assert not [e for e in _events(h) if e.channel == "inject"]
+    h.decide(req["approval_id"], "approve")
+    assert h.result(timeout=60)["status"] == "succeeded"
+    kinds = [(e.channel, e.data.get("status")) for e in _events(h)]
+    assert kinds.index(("approval", "approved")) < kinds.index(("inject", None))
+    query = h.d.store.load(h.run_id).request["query"]
+    last = llm.requests_for(query)[-1]["messages"]
+    assert any("also say hello" in str(m.get("content")) for m in last if m["role"] == "user")
