@@ -30,8 +30,9 @@ end
 # [4] the approval's field, [5] the approval record, [6] the event's data, [7] maxlen,
 # [8] calls in the turn, [9] tool member, [10] run member, [11] approval member,
 # [12] expiry ms, [13] inbox member, [14] requested ms, [15] now, [16] 1 when KEYS[5] is
-# the due set. The call must still be this task's claim (``pending`` with its token), and
-# the run not asked to stop. The call then waits: no due member of its own nor of the run
+# the due set. The call must still be this task's claim (``pending`` with its token; ''
+# takes over the claim of a delivery that died before it asked, which ran nothing: never
+# one that carries an approval), and the run not asked to stop. The call then waits: no due member of its own nor of the run
 # (the approval's, at its expiry, covers both), the fan-in set kept while it waits, the run
 # ``waiting`` once nothing else of its turn is out. Returns {1, old status, new status,
 # created_at}, {0} when the claim is not ours, {-1} when the run is asked to stop.
@@ -39,7 +40,7 @@ REQUEST = APPEND_FN + """
 local cur = redis.call('HGET', KEYS[2], ARGV[1])
 if not cur then return {0} end
 local c = cjson.decode(cur)
-if c['status'] ~= 'pending' or c['token'] ~= ARGV[2] then return {0} end
+if c['status'] ~= 'pending' or c['approved'] or (ARGV[2] ~= '' and c['token'] ~= ARGV[2]) then return {0} end
 if redis.call('HGET', KEYS[1], 'cancel') == '1' then return {-1} end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[3], ARGV[4], ARGV[5])
 local w = redis.call('HINCRBY', KEYS[1], 'waiting', 1)

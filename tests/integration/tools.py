@@ -106,10 +106,12 @@ die = Tool(name="die", description="Kills its worker (tests of the crash limit).
 class TransferArgs(BaseModel):
     tag: str = Field(description="a label recorded with the run")
     amount: int = Field(1, ge=0)
+    seconds: float = Field(0, ge=0, le=10)
 
 
-def _transfer(tag: str, amount: int = 1) -> str:
+def _transfer(tag: str, amount: int = 1, seconds: float = 0) -> str:
     started = time.time()
+    time.sleep(seconds)
     _record(tag, started)
     return f"moved {amount} ({tag})"
 

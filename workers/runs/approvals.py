@@ -47,16 +47,18 @@ def run_call(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, An
     registry = rt.tools.filtered(turn["tool_names"])
     approved = approved_of(record)
     tool = registry.get(call.name) if call.name in registry else None
+    if approved is None:
+        reason = A.wait_reason(call.name, bool(tool and tool.requires_approval), turn.get("approval"))
+        if reason is not None:
+            # Such a call never runs unapproved: a claim left by a delivery that died ran
+            # nothing, and this task takes it over ("" = any claim without an approval).
+            return request(rt, run_id, call, turn, reason, token if record is None else "", calls)
     if record is not None and record.get("status") == "pending" and tool is not None and not tool.idempotent:
         # An earlier delivery started this call and died: its effect is unknown, and a
         # non-idempotent tool must not silently run twice.
         return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.UNCERTAIN_OBSERVATION,
                            uncertain=True, worker=rt.worker_name,
                            approval=approved.get("approval") if approved else None)
-    if approved is None:
-        reason = A.wait_reason(call.name, bool(tool and tool.requires_approval), turn.get("approval"))
-        if reason is not None:
-            return request(rt, run_id, call, turn, reason, token, calls)
     run = call if approved is None else call.model_copy(update={"arguments": json.loads(approved["args"])})
     with otel.tool_span(call.name, call.id, run_id) as span:
         outcome = rt.run(execute_call(run, registry=registry, hooks=rt.hooks, run_id=run_id,
