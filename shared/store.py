@@ -252,7 +252,8 @@ class RunStore:
         for other in RUN_STATUSES:
             if other == status:
                 pipe.zadd(self.keys.runs_status(other), {run_id: created_at})
-                pipe.zremrangebyscore(self.keys.runs_status(other), "-inf", time.time() - self._index_ttl)
+                if other != "waiting":  # a run may wait for a person longer than the index's TTL
+                    pipe.zremrangebyscore(self.keys.runs_status(other), "-inf", time.time() - self._index_ttl)
             else:
                 pipe.zrem(self.keys.runs_status(other), run_id)
         pipe.execute()
