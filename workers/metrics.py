@@ -4,8 +4,8 @@ Workers are many processes on many machines, so they do not serve metrics themse
 each figure is added to a ``reactq:metrics:{family}`` hash with ``HINCRBY`` /
 ``HINCRBYFLOAT`` — in a running step, with the step's own round trips (a commit carries the
 step's figures, and applies them only if it wins; an LLM call's go with the step's next
-round trip, ``reactq.shared.roundtrip``), else one pipelined round trip — and the gateway's
-``GET /metrics`` (``dispatcher/metrics.py``) reads the hashes and renders them in the
+round trip, ``reactq.shared.stores.roundtrip``), else one pipelined round trip — and the gateway's
+``GET /metrics`` (``dispatcher/http/metrics.py``) reads the hashes and renders them in the
 Prometheus text format. Nothing is ever reset: the values are monotonic counters, as
 Prometheus expects, across worker restarts.
 
@@ -38,11 +38,11 @@ from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.registry import ModelRegistry
-from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+from reactq.shared.stores.metrics_schema import (  # noqa: F401  (re-exported for callers)
     FAMILIES, INFLIGHT, Family, bucket_label, label_field,
 )
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
-from reactq.shared.roundtrip import Op, defer
+from reactq.shared.stores.roundtrip import Op, defer
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
@@ -59,7 +59,7 @@ def bucket_for(family: Family, value: float) -> str:
 
 class Batch:
     """Metric updates gathered for one round trip: ``flush`` sends them with the running
-    step's next round trip (``reactq.shared.roundtrip.defer``), or at once outside a step;
+    step's next round trip (``reactq.shared.stores.roundtrip.defer``), or at once outside a step;
     ``ops`` hands them to a commit that applies them only if it wins."""
 
     def __init__(self, recorder: Recorder) -> None:
@@ -155,7 +155,7 @@ def error_code(exc: BaseException) -> str:
     return str(status) if status is not None else type(exc).__name__
 
 
-# -- run lifecycle (what workers/drive.py's commits carry) -------------------------------
+# -- run lifecycle (what workers/runs/drive.py's commits carry) -------------------------------
 
 def commit_ops(rt: Runtime, state: RunState, step_no: int, adv: Advance,
                began: float | None = None, turn_began: float | None = None) -> list[Op]:

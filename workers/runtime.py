@@ -27,12 +27,12 @@ from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry, load_registry
 from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
-from reactq.shared.calls import CallLedger
-from reactq.shared.store import RunStore
+from reactq.shared.stores.calls import CallLedger
+from reactq.shared.stores.runs import RunStore
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
-from reactq.workers.lease import Leases
+from reactq.workers.recovery.lease import Leases
 from reactq.workers.metrics import Recorder, metered_registry
 from reactq.workers.otel import traced_registry
 
@@ -65,7 +65,7 @@ class Runtime:
 
     @cached_property
     def flow(self) -> FlowControl:
-        from reactq.workers.flow import flow_control
+        from reactq.workers.runs.flow import flow_control
 
         return flow_control(self)
 

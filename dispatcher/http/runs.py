@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from reactq.dispatcher import threads_http
+from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response

@@ -1,7 +1,7 @@
 """A DAG between two tasks: everything a worker needs to continue it (persisted as JSON).
 
 ``DagState`` lives in the ``state`` field of ``reactq:dag:{id}`` and is saved with
-compare-and-set on ``version`` (``reactq.shared.dag.store``), so two workers can never both apply
+compare-and-set on ``version`` (``reactq.shared.stores.dags``), so two workers can never both apply
 a change to the same version: advancing the DAG is atomic.
 """
 

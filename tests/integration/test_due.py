@@ -13,8 +13,8 @@ from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.settings import Settings
-from reactq.workers.backlog import Backlog
-from reactq.workers.due import DueWatchdog
+from reactq.workers.recovery.backlog import Backlog
+from reactq.workers.recovery.watchdog import DueWatchdog
 from reactq.workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -108,7 +108,7 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
 
 def test_a_dag_is_due_from_its_creation(rt: Runtime) -> None:
     """A DAG's first driving message (``reactq.dag.start``) is covered like a run's."""
-    from reactq.shared.dag.store import DagStore
+    from reactq.shared.stores.dags import DagStore
 
     dags = DagStore(rt.redis, keys=rt.keys, due_seconds=rt.settings.due_seconds)
     dags.create("g1", {"goal": "g"})

@@ -20,7 +20,7 @@ from reactq.shared.dag.models import ExecutionPlan, PlanStep, validate_steps
 from reactq.shared.dag.planner import create_plan
 from reactq.shared.dag.query import fallback_answer, replan_context, synthesis_messages
 from reactq.shared.dag.state import DagState
-from reactq.shared.dag.store import DagNotFound, DagRecord, DagStore
+from reactq.shared.stores.dags import DagNotFound, DagRecord, DagStore
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
