@@ -83,7 +83,7 @@ down:
 clean:
 	rm -rf $(VENV) .reactq build *.egg-info
 
-# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/.
+# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/, workers/ and dispatcher/.
 gates: lint typecheck
 
 lint: install
@@ -95,4 +95,4 @@ typecheck: install
 	@mkdir -p .typecheck/reactq
 	@ln -sfn ../../reactq/__init__.py .typecheck/reactq/__init__.py
 	@for d in shared workers dispatcher; do ln -sfn ../../$$d .typecheck/reactq/$$d; done
-	$(BIN)/mypy -p reactq.shared
+	$(BIN)/mypy -p reactq.shared -p reactq.workers -p reactq.dispatcher

@@ -84,7 +84,7 @@ class Runtime:
     # -- per thread ---------------------------------------------------------------------
     @property
     def models(self) -> ModelRegistry:
-        reg = getattr(self._local, "models", None)
+        reg: ModelRegistry | None = getattr(self._local, "models", None)
         if reg is None:
             metered = metered_registry(load_registry(self.settings), Recorder(self.redis, self.keys))
             # Flow control outside metering and tracing: waits are not call latency (reactq.shared.flow).

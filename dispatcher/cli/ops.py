@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from typing import Any
+
 import typer
 from rich.table import Table
 
@@ -98,8 +100,8 @@ def tools(as_json: bool = typer.Option(False, "--json")) -> None:
         reg = default_registry(settings())
     except ConfigError as exc:
         fail(str(exc))
-    rows = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
-             "parameters": t.parameters()} for t in reg]
+    rows: list[dict[str, Any]] = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
+                                   "parameters": t.parameters()} for t in reg]
     if as_json:
         print(json.dumps(rows, ensure_ascii=False))
         return

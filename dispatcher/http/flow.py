@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import Any, cast
 
 import redis
 from fastapi import APIRouter, Request
@@ -41,7 +41,7 @@ async def cancel_batch(batch_id: IdPath, request: Request) -> Any:
     """Cancel every run of the batch and skip the lines not started."""
     r, keys, ttl = _parts(request)
     store = BatchStore(r, keys, ttl)
-    status = await asyncio.to_thread(r.hget, keys.batch(batch_id), "status")
+    status = cast(bytes | None, await asyncio.to_thread(r.hget, keys.batch(batch_id), "status"))
     if status is None:
         return JSONResponse({"detail": f"no batch with id {batch_id!r} (it may have expired)"}, status_code=404)
     if status != b"running":

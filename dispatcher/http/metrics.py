@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -43,6 +43,9 @@ from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
 from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE, celery_config
+
+#: prometheus_client's float formatting for bucket bounds (untyped upstream).
+_go_float = cast(Callable[[float], str], floatToGoString)
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +132,7 @@ def histogram_family(fam: Family, raw: dict[bytes, bytes]) -> HistogramMetricFam
         total = 0.0
         for le in fam.buckets:
             total += fields.get(bucket_label(le), 0.0)
-            buckets.append((floatToGoString(le), total))
+            buckets.append((_go_float(le), total))
         total += fields.get("+Inf", 0.0)
         buckets.append(("+Inf", total))
         metric.add_metric(list(labels), buckets, fields.get("sum", 0.0))
@@ -151,7 +154,7 @@ def _redis_queue_depths(url: str, prefix: str, settings: Settings) -> tuple[dict
 
 
 def _amqp_queue_depths(url: str) -> dict[str, int]:
-    from kombu import Connection
+    from kombu.connection import Connection
 
     depths = {}
     with Connection(url, connect_timeout=5) as conn:

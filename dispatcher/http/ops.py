@@ -63,7 +63,7 @@ def _broker_ok(settings: Settings) -> bool:
     url = broker_url(settings)
     if url == redis_url(settings):
         return True  # already pinged
-    from kombu import Connection
+    from kombu.connection import Connection
 
     try:
         with Connection(url, connect_timeout=2, ssl=broker_ssl(settings, url) or False) as conn:

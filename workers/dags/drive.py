@@ -136,6 +136,7 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
         return
     rec, state = live
     env = ctx.env()
+    t: M.Transition
     try:
         plan, usage = _make_plan(ctx, rec, state)
     except StructuredOutputError:
@@ -145,8 +146,10 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
         t = M.fail(state, f"Pipeline error: {type(exc).__name__}: {exc}", env)
     else:
         state.usage = state.usage + usage
-        t = _interrupted(ctx, state, env)
-        if t is None:
+        stopped = _interrupted(ctx, state, env)
+        if stopped is not None:
+            t = stopped
+        else:
             followups = ctx.store.interrupts_after(dag_id, state.interrupt_cursor)
             if followups:
                 # The plan was made without the follow-up: plan this round again with it.

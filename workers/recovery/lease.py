@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Generic, TypeVar
 
 import redis
@@ -119,6 +119,11 @@ class Leases:
         self._beat: threading.Thread | None = None
         self._cluster = is_cluster(client)
 
+    def hold_only(self, member: str, task: str, args: list[Any], queue: str,
+                  wait: float | None = None) -> AbstractContextManager[Held[None]]:
+        """``hold`` with nothing read alongside the lease."""
+        return self.hold(member, task, args, queue, wait=wait, read=None)
+
     @contextmanager
     def hold(self, member: str, task: str, args: list[Any], queue: str,
              wait: float | None = None, read: Reader[T] | None = None) -> Iterator[Held[T]]:
@@ -180,7 +185,7 @@ class Leases:
              read: Read[Any] | None) -> tuple[int, list[Any] | None]:
         """One try to take the lease (with ``read`` in the same round trip): (0 not taken,
         1 taken, 2 taken over from a dead holder; the read's replies when taken)."""
-        args = [token, self.ttl_ms, _now_ms() + self.ttl_ms, member, spec]
+        args: list[str | int] = [token, self.ttl_ms, _now_ms() + self.ttl_ms, member, spec]
         if read is None:
             return int(self._acquire(keys=lease_keys, args=args)), None
         replies = execute(self.r, [Op.call(self._acquire, lease_keys, args), *read.ops])

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -38,7 +38,7 @@ def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None,
     """Ids of recent runs that are unfinished, unchanged for ``stall`` s and not held (and,
     given a ``backlog``, unchanged since before the runs queue was last seen empty)."""
     now = time.time() if now is None else now
-    ids = [i.decode() for i in r.zrevrange(keys.runs, 0, NEWEST - 1)]
+    ids = [i.decode() for i in cast(list[bytes], r.zrevrange(keys.runs, 0, NEWEST - 1))]
     pipe = r.pipeline(transaction=False)
     for run_id in ids:
         pipe.hmget(keys.run(run_id), "status", "updated_at")

@@ -356,7 +356,7 @@ def crash_text(what: str, crashes: int, rt: Runtime) -> str:
 
 def give_up_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
     """End the run ``failed`` (``error`` kind ``task_crashed``, then ``done``)."""
-    with rt.leases.hold(f"run:{run_id}", ITERATE, [run_id, None], RUNS, wait=0) as held:
+    with rt.leases.hold_only(f"run:{run_id}", ITERATE, [run_id, None], RUNS, wait=0) as held:
         if held:
             end_crashed_run(rt, run_id, crashes, send)
 

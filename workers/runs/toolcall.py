@@ -86,7 +86,7 @@ def give_up_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, 
                  send: Send) -> None:
     """Answer the call with an error observation (``tool_crashed``) and count it in."""
     spec = [run_id, step_no, call.id, call.name]
-    with rt.leases.hold(f"tool:{run_id}:{call.id}", TOOL, spec, TOOLS, wait=0) as held:
+    with rt.leases.hold_only(f"tool:{run_id}:{call.id}", TOOL, spec, TOOLS, wait=0) as held:
         if held:
             end_crashed_tool(rt, run_id, step_no, call, crashes, send)
 
