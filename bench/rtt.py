@@ -33,8 +33,8 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("workers/recovery/lease.py:value", "load"),  # that read alone (a cluster, a lease taken late)
     ("workers/recovery/lease.py", "lease"),
     ("workers/metrics.py", "metrics"),
-    ("workers/runs/flow_metrics.py", "metrics"),
     ("shared/flow/", "flow"),
+    ("shared/stores/flow.py", "flow"),
     ("workers/runs/flow.py", "flow"),
     ("workers/runs/cancelwatch.py", "cancel"),
     ("shared/stores/runs.py:publish", "publish"),

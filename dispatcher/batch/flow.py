@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
+from reactq.shared.stores.runs import SPENT_FIELD
 
 if TYPE_CHECKING:
     from reactq.dispatcher.batch.driver import BatchDriver
 
-SPENT_FIELD = "tokens_spent"  # the run hash field (reactq.workers.runs.flow.SPENT_FIELD)
 
 
 @dataclass

@@ -41,6 +41,21 @@ from reactq.shared.stores.streams import PUBLISH, entries_after, read_events, te
 # The statuses the run index keeps a set for.
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 
+#: The run hash's field that adds up the LLM tokens a run was billed (its ``token_budget``'s
+#: spend, and a batch's: ``dispatcher/batch/flow.py``).
+SPENT_FIELD = "tokens_spent"
+
+
+def spend_op(keys: Keys, run_id: str, tokens: int) -> Op:
+    """Add ``tokens`` to the run's recorded spend."""
+    return Op(("HINCRBY", keys.run(run_id), SPENT_FIELD, tokens))
+
+
+def spent_op(keys: Keys, run_id: str) -> Op:
+    """Read the run's recorded spend (a reply of None: nothing spent yet)."""
+    return Op(("HGET", keys.run(run_id), SPENT_FIELD))
+
+
 @dataclass
 class RunRecord:
     """A run as stored: state (None before the first step), bookkeeping fields."""

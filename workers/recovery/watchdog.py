@@ -13,6 +13,10 @@ script, the members of the ``due`` set (``reactq.shared.stores.due``) whose dead
   visibility timeout. A duplicate is harmless: it is stale (``step_no``), the tool ledger
   knows the call, or the lease makes it back off.
 
+What "sent again" means for each kind of work, and how it is ended when it keeps killing
+its workers, is the business of that kind's driver: the watchdog is handed one ``Handler``
+per kind (runs and tool calls: ``workers/runs/recover.py``; DAGs: ``workers/dags/recover.py``).
+
 A backlog. A member whose queue has not been seen empty since it was sent (or last
 deferred) is most likely still waiting in that queue: it is deferred one bound, not resent
 (``workers/recovery/backlog.py``), so thousands of queued runs do not breed thousands of duplicates.
@@ -32,22 +36,24 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
 
 from reactq.shared.stores.due import Member, now_ms, parse_member
-from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RunNotFound
-from reactq.shared.wire import DAG_RESUME, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
-from reactq.workers.runs import drive, toolcall
+from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE
 from reactq.workers.recovery.backlog import Backlog
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
 Send = Callable[[str, list[Any], str], None]
+
+Handler = Callable[["DueWatchdog", str, Member, bool], None]
+"""How one kind of work (a due member's ``kind``: run, tool, dag) is taken up again:
+``handler(watchdog, member, parsed member, died)``. The handlers are handed to the watchdog
+where the worker is wired (``workers/runs/tasks.py``), so this module imports no driver."""
 
 # KEYS: due set. ARGV: now ms, bound ms, limit. Claims the members past their deadline
 # (each moves one bound ahead, so one watchdog takes each) and returns (member, deadline)
@@ -100,11 +106,12 @@ class Crashes:
 class DueWatchdog(threading.Thread):
     """Resends what is due and not taken up; one per worker process."""
 
-    def __init__(self, rt: Runtime, send: Send, interval: float = 0.5, limit: int = 200,
-                 backlog: Backlog | None = None) -> None:
+    def __init__(self, rt: Runtime, send: Send, handlers: Mapping[str, Handler], interval: float = 0.5,
+                 limit: int = 200, backlog: Backlog | None = None) -> None:
         super().__init__(daemon=True, name="reactq-due-watchdog")
         self.rt = rt
         self.send = send
+        self.handlers = dict(handlers)
         self.backlog = backlog
         self.interval = interval
         self.limit = limit
@@ -179,71 +186,15 @@ class DueWatchdog(threading.Thread):
 
     def handle(self, member: str, died: bool) -> None:
         m = parse_member(member)
-        if m is None:
-            self._forget(member)
-        elif m.kind == "run":
-            self._run(member, m, died)
-        elif m.kind == "tool":
-            self._tool(member, m, died)
+        handler = self.handlers.get(m.kind) if m is not None else None
+        if m is None or handler is None:
+            self.forget(member)
         else:
-            self._dag(member, m, died)
+            handler(self, member, m, died)
 
-    def _forget(self, member: str) -> None:
+    def forget(self, member: str) -> None:
+        """Drop ``member`` from the due set: its work is over (or was never ours to resend)."""
         self.rt.redis.zrem(self.rt.keys.due, member)
-
-    def _run(self, member: str, m: Member, died: bool) -> None:
-        try:
-            rec = self.rt.store.load(m.owner)
-        except RunNotFound:
-            self._forget(member)
-            return
-        if rec.status in TERMINAL_STATUSES:
-            self._forget(member)
-            return
-        crashes = self.crashes.run(m.owner, rec.step_no, died)
-        if crashes >= self.crashes.limit:
-            log.error("run %s: step %s stopped %s times; ending the run", m.owner, rec.step_no, crashes)
-            drive.give_up_run(self.rt, m.owner, crashes, self.send)
-            return
-        log.info("resending run %s step %s%s", m.owner, rec.step_no, " (its worker died)" if died else "")
-        self.send(ITERATE, [m.owner, rec.step_no], RUNS_QUEUE)
-
-    def _tool(self, member: str, m: Member, died: bool) -> None:
-        assert m.call_id is not None
-        turn = self.rt.store.get_turn(m.owner)
-        call = toolcall.turn_call(turn, m.call_id)
-        if turn is None or call is None:
-            self._forget(member)  # the turn is over (answered, cancelled, expired)
-            return
-        step_no = int(turn["step_no"])
-        crashes = self.crashes.tool(m.owner, m.call_id, step_no, died)
-        if crashes >= self.crashes.limit:
-            log.error("run %s: tool call %s stopped %s times; not sent again", m.owner, m.call_id, crashes)
-            toolcall.give_up_tool(self.rt, m.owner, step_no, call, crashes, self.send)
-            return
-        log.info("resending tool call %s of run %s%s", m.call_id, m.owner,
-                    " (its worker died)" if died else "")
-        self.send(TOOL, [m.owner, step_no, m.call_id, call.name], TOOLS_QUEUE)
-
-    def _dag(self, member: str, m: Member, died: bool) -> None:
-        from reactq.workers.dags import drive as dag_drive  # the DAG tasks import this module's users
-        from reactq.workers.dags import tasks as dag_tasks
-
-        ctx = dag_drive.context()
-        try:
-            rec = ctx.store.load(m.owner)
-        except RunNotFound:
-            self._forget(member)
-            return
-        if rec.status in TERMINAL_STATUSES or (rec.state is not None and rec.state.phase == "done"):
-            self._forget(member)
-            return
-        crashes = self.crashes.dag(m.owner, rec.version, died)
-        if crashes >= self.crashes.limit and rec.state is not None:
-            dag_tasks.give_up(ctx, m.owner, crashes)
-            return
-        log.info("resending DAG %s%s", m.owner, " (its worker died)" if died else "")
-        dag_drive.send(DAG_RESUME, [m.owner])
 
 
 def _s(v: Any) -> str:

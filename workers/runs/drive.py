@@ -39,15 +39,15 @@ from reactq.shared.stores.roundtrip import take
 from reactq.shared.stores.runs import RunRecord, outcomes_of
 from reactq.workers.runs.stepio import LoadedIO, StoreIO
 from reactq.shared.errors import RateLimited
-from reactq.shared.wire import ANSWER, DAG_STEP_DONE, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
+from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import faults, metrics
-from reactq.workers.runs import flow, threads
+from reactq.workers.runs import flow, listeners, threads
+from reactq.workers.runs.listeners import Send
 from reactq.workers.runs.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-Send = Callable[[str, list[Any], str], None]
 RUNS, TOOLS = RUNS_QUEUE, TOOLS_QUEUE
 
 
@@ -123,7 +123,7 @@ def _advance(rt: Runtime, state: RunState, step_no: int, send: Send, io: StoreIO
             send(ANSWER, [state.run_id, step_no], RUNS)
             return None
         case Done():
-            threads.ended(rt, state, send)  # resumed after a crash that followed the last commit
+            listeners.run_ended(rt, state, send)  # resumed after a crash that followed the last commit
             return None
         case _:
             assert_never(nxt)
@@ -186,7 +186,7 @@ def answer(rt: Runtime, run_id: str, step_no: int | None, send: Send,
         return
     nxt = next_step(state)
     if isinstance(nxt, Done) and step_no is None:
-        threads.ended(rt, state, send)  # resumed after a crash that followed the last commit
+        listeners.run_ended(rt, state, send)  # resumed after a crash that followed the last commit
         return
     if not isinstance(nxt, Answer):
         return
@@ -284,11 +284,10 @@ def _commit(rt: Runtime, state: RunState, step_no: int, adv: Advance, send: Send
     """Save the step, then carry out what comes next. True when this task goes on with it
     itself (``chain``: selection and LLM turns); False otherwise, or when the step was stale.
     A step after which this task only sends the next task (tools, the synthesis) or nothing
-    (a run that ends with no thread, DAG or wait to tell) hands its lease over in the commit's
-    round trip: the commit's due record covers the sends."""
+    (a run that ends with no end-of-run listener to tell, nor a wait) hands its lease over in the
+    commit's round trip: the commit's due record covers the sends."""
     handoff = isinstance(adv.next, RunTools | Answer) or (
-        isinstance(adv.next, Done) and not state.thread_id and state.rate_limited_since is None
-        and not isinstance(state.metadata.get("_dag"), dict))
+        isinstance(adv.next, Done) and state.rate_limited_since is None and not listeners.wanted(state))
     return (_save(rt, state, step_no, adv, began, turn_began=turn_began, handoff=handoff, early=early)
             and _enqueue(rt, state, adv.next, send, chain=chain))
 
@@ -298,7 +297,7 @@ def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float
     """Commit the step (compare-and-set on ``step_no``) with its metrics, the lease's release
     (``handoff``), the step's deferred writes and ``early``, live events of the next step
     (published, not part of the saved state), in one round trip; False when it was stale."""
-    ops = metrics.commit_ops(rt, state, step_no, adv, began, turn_began)
+    ops = metrics.commit_ops(rt.recorder, state, step_no, adv, began, turn_began)
     release = rt.leases.handoff() if handoff else None
     then = ([release] if release is not None else []) + take()
     if not rt.store.commit(state.run_id, state, step_no, adv.events + (early or []), ops=ops, then=then,
@@ -310,7 +309,7 @@ def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float
 
 
 def _enqueue(rt: Runtime, state: RunState, nxt: Next, send: Send, *, chain: bool) -> bool:
-    """Send what the committed next step needs (for a finished DAG step: its DAG too).
+    """Send what the committed next step needs (a finished run: its end-of-run listeners).
     True when, with ``chain``, this task takes the step itself instead."""
     match nxt:
         case SelectTools() | CallLLM():
@@ -324,12 +323,7 @@ def _enqueue(rt: Runtime, state: RunState, nxt: Next, send: Send, *, chain: bool
         case Answer():
             send(ANSWER, [state.run_id, state.step_no], RUNS)
         case Done():
-            if state.rate_limited_since is not None:
-                flow.unpark(rt, state.run_id)  # ended while waiting (cancelled): nothing to resume
-            parent = state.metadata.get("_dag")
-            if isinstance(parent, dict):
-                send(DAG_STEP_DONE, [parent["dag_id"], parent["step_id"], state.run_id], RUNS)
-            threads.ended(rt, state, send)  # a run that ends for any reason hands its thread on
+            listeners.run_ended(rt, state, send)
         case _:
             assert_never(nxt)
     return False

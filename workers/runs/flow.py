@@ -33,14 +33,16 @@ from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.engine.synthesis import synthesis_messages
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
-from reactq.shared.stores.flow import Denied, FlowLimiter, Ticket
-from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
+from reactq.shared.stores.flow import Denied, Ticket
+from reactq.shared.flow.middleware import FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
 from reactq.shared.stores.due import run_member
 from reactq.shared.redisconn import broker_url
-from reactq.shared.stores.roundtrip import Op, checked, defer, execute, failed, take
+from reactq.shared.stores.roundtrip import checked, execute, failed, take
+from reactq.shared.stores.runs import spent_op
 from reactq.shared.settings import Settings
 from reactq.shared.wire import message_priorities
+from reactq.workers import metrics
 
 if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PRIORITY = message_priorities(broker_url(Settings()))
-SPENT_FIELD = "tokens_spent"
 
 _message_priority: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "reactq_message_priority", default=None)
@@ -63,23 +64,9 @@ def set_message_priority(state: RunState | None) -> None:
     _message_priority.set(PRIORITY.get(state.priority, 0) if state is not None else None)
 
 
-def flow_control(rt: Runtime) -> FlowControl:
-    from reactq.workers.runs import flow_metrics
-
-    def on_spend(run_id: str, tokens: int) -> None:
-        # With the step's next round trip (right after the call: its read of interrupts, or
-        # the flow limiter's next admission; ``spent`` takes it along too).
-        defer(rt.redis, [Op(("HINCRBY", rt.keys.run(run_id), SPENT_FIELD, tokens))])
-
-    return FlowControl(limiter=FlowLimiter(rt.redis, rt.keys), on_spend=on_spend,
-                       on_event=flow_metrics.recorder(rt),
-                       completion_estimate=rt.settings.flow_completion_estimate,
-                       inline_wait_s=rt.settings.flow_inline_wait_s)
-
-
 def spent(rt: Runtime, run_id: str) -> int:
     """The run's recorded spend, with the spends still deferred in this step sent first."""
-    replies = execute(rt.redis, [*take(), Op(("HGET", rt.keys.run(run_id), SPENT_FIELD))])
+    replies = execute(rt.redis, [*take(), spent_op(rt.keys, run_id)])
     failed(replies[:-1])
     return int(checked(replies[-1]) or 0)
 
@@ -124,9 +111,7 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     if state.token_budget is not None and isinstance(next_step(state), CallLLM | Answer):
         used = spent(rt, state.run_id)
         if flowcontrol.budget_reached(state, used):
-            from reactq.workers.runs import flow_metrics
-
-            flow_metrics.budget_stop(rt, "run")
+            metrics.budget_stop(rt.recorder, "run")
             return Gate(events=flowcontrol.stop_for_budget(state, used, now=deps.clock()))
     call = _step_call(state, deps)
     if call is None:
@@ -138,7 +123,6 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
             if got is not None:
                 scope.tickets[llm.name] = got
             if state.rate_limited_since is not None:  # the wait is over
-                unpark(rt, state.run_id)
                 flowcontrol.admitted(state)
             return Gate(scope=scope)
         assert isinstance(got, Denied) and isinstance(llm, LimitedLLM)
@@ -210,6 +194,3 @@ def park(rt: Runtime, run_id: str, task: str, queue: str, wait_s: float) -> None
     margin = max(5.0, 3 * rt.settings.lease_seconds)
     rt.redis.zadd(rt.keys.due, {run_member(run_id): int((time.time() + wait_s + margin) * 1000)})
 
-
-def unpark(rt: Runtime, run_id: str) -> None:
-    """Nothing to undo: the run's last commit removed its due record."""

@@ -29,9 +29,12 @@ from reactq.shared.tools.mcp import close_hub
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import faults
 from reactq.workers.runs import drive, flow, toolcall
+from reactq.workers.dags import recover as dags_recover
+from reactq.workers.runs import recover as runs_recover
+from reactq.workers.runs.listeners import Send
 from reactq.workers.app import app
 from reactq.workers.recovery.backlog import Backlog, broker_depth
-from reactq.workers.recovery.watchdog import Crashes, DueWatchdog
+from reactq.workers.recovery.watchdog import Crashes, DueWatchdog, Handler
 from reactq.workers.runtime import Runtime, runtime
 from reactq.workers.recovery.sweeper import Sweeper
 
@@ -71,7 +74,7 @@ def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
 
 
 def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
-              step: Callable[[Runtime, str, int | None, drive.Send, RunRecord | None], None]) -> None:
+              step: Callable[[Runtime, str, int | None, Send, RunRecord | None], None]) -> None:
     """A run's step task (``iterate`` / ``answer``): holds the run's lease while ``step`` runs.
     The lease's resend spec is always ``name`` resuming whatever is current."""
     step_no = _resume_step(task, step_no)
@@ -151,6 +154,11 @@ def _catalog_entry(t: Any) -> dict[str, Any]:
     return entry
 
 
+def recoverers() -> dict[str, Handler]:
+    """The due watchdog's handler for each kind of work this worker drives."""
+    return {**runs_recover.HANDLERS, **dags_recover.HANDLERS}
+
+
 @signals.worker_ready.connect
 def _start_watchdog(**_: Any) -> None:
     global _watchdog
@@ -158,7 +166,7 @@ def _start_watchdog(**_: Any) -> None:
     if _watchdog is None:
         # One view of the queues for both: neither resends what still waits in a backlog.
         backlog = Backlog(broker_depth(app))
-        _watchdog = DueWatchdog(runtime(), send, backlog=backlog)
+        _watchdog = DueWatchdog(runtime(), send, recoverers(), backlog=backlog)
         _watchdog.start()
         rt = runtime()
         Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds, backlog=backlog).start()

@@ -23,7 +23,8 @@ from reactq.shared.stores.roundtrip import take
 from reactq.workers import metrics
 from reactq.workers.runs import drive
 from reactq.shared.wire import ITERATE, TOOL
-from reactq.workers.runs.drive import RUNS, TOOLS, Send
+from reactq.workers.runs.drive import RUNS, TOOLS
+from reactq.workers.runs.listeners import Send
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
     # lease goes with it.
     release = rt.leases.handoff()
     won, counted = rt.calls.close(run_id, step_no, call_id, outcome, len(calls),
-                                  ops=metrics.record_tool(rt, outcome) if outcome else [],
+                                  ops=metrics.record_tool(rt.recorder, outcome) if outcome else [],
                                   then=([release] if release is not None else []) + take())
     if outcome is not None and not won:  # another worker finished it while this one was cut off
         log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
