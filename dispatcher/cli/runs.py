@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from reactq.dispatcher.cli import threads
+from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.dispatcher.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -221,7 +222,7 @@ def cancel(
     """Ask a run to stop at its next step boundary (it ends 'cancelled')."""
     handle = handle_for(run_id)
     status = handle.status()["status"]
-    if status in ("succeeded", "failed", "cancelled"):
+    if status in TERMINAL_STATUSES:
         err.print(f"run {run_id} has already ended ({status})")
         raise typer.Exit(EXIT_OK)
     handle.cancel()

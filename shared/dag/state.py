@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from reactq.shared.errors import StateConflict
+from reactq.shared.engine.state import TERMINAL_STATUSES, Status
 from reactq.shared.models import Usage
 
 from .models import AnalysisResult
@@ -19,8 +20,8 @@ SCHEMA_VERSION = 1
 
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped"]
 DagPhase = Literal["planning", "executing", "analyzing", "synthesizing", "done"]
-DagStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-TERMINAL_DAG_STATUSES = ("succeeded", "failed", "cancelled")
+DagStatus = Status  # a DAG's statuses are a run's
+TERMINAL_DAG_STATUSES = TERMINAL_STATUSES
 FINISHED_STEP = ("completed", "failed", "skipped")
 
 

@@ -21,14 +21,14 @@ import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, assert_never, get_args
 
 import redis
 
 from reactq.shared.stores.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
 from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
 from reactq.shared.engine.result import turn_summary
-from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome, dump_state, load_state
+from reactq.shared.engine.state import Interrupt, RunState, Status, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
 from reactq.shared.stores.idempotency import arm_if_queued, claim, write_if_absent
@@ -39,7 +39,7 @@ from reactq.shared.stores.runs_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE,
 from reactq.shared.stores.streams import PUBLISH, entries_after, read_events, text, triples
 
 # The statuses the run index keeps a set for.
-RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+RUN_STATUSES: tuple[str, ...] = get_args(Status)
 
 #: The run hash's field that adds up the LLM tokens a run was billed (its ``token_budget``'s
 #: spend, and a batch's: ``dispatcher/batch/flow.py``).

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from reactq.shared.dag import machine as M
+from reactq.shared.stores.due import run_member
 from reactq.shared.dag import prompts as P
 from reactq.shared.dag.analyzer import analyze
 from reactq.shared.dag.binding import name_for_role
@@ -220,7 +221,7 @@ def _observe(ctx: DagContext, state: DagState, env: M.Env, *, repair: bool) -> M
         elif run["status"] in TERMINAL_STATUSES and run["result"] is not None:
             t += M.complete_step(state, step.id, step.run_id, run, env)
         elif repair and run["status"] == "queued" and run["events"] == 0 \
-                and not ctx.rt.leases.alive(f"run:{step.run_id}"):
+                and not ctx.rt.leases.alive(run_member(step.run_id)):
             # Created, but its first task may never have been sent: a duplicate is harmless.
             t.effects.append(M.Send(ITERATE, [step.run_id, 0]))
     t += M.schedule(state, env)

@@ -28,6 +28,8 @@ from typing import Any, cast
 import redis
 
 from reactq.shared.dag import machine as M
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.stores.due import dag_member
 from reactq.shared.wire import (
     DAG_ADVANCE,
     DAG_ANALYZE,
@@ -66,7 +68,7 @@ def _locked(task: str, dag_id: str, args: list[Any], fn: Callable[[DagContext], 
     """
     ctx = context()
     leases = ctx.rt.leases
-    member = f"dag:{dag_id}"
+    member = dag_member(dag_id)
     # Two TTLs: a dead holder's key lingers for up to one.
     deadline = time.monotonic() + 2 * leases.ttl_ms / 1000
     faults.point("before_lease", task)
@@ -93,7 +95,7 @@ def _locked(task: str, dag_id: str, args: list[Any], fn: Callable[[DagContext], 
             break
         time.sleep(0.02)
     status = cast(bytes | None, ctx.store.r.hget(ctx.store.keys.dag(dag_id), "status"))
-    if status is not None and status.decode() not in ("succeeded", "failed", "cancelled"):
+    if status is not None and status.decode() not in TERMINAL_STATUSES:
         send(task, args, countdown=leases.ttl_ms / 1000)
 
 
@@ -115,7 +117,7 @@ def _fail(ctx: DagContext, dag_id: str, exc: Exception) -> None:
 
 def give_up(ctx: DagContext, dag_id: str, crashes: int) -> None:
     """The DAG's driving task stopped ``REACTQ_MAX_TASK_CRASHES`` times: end it ``failed``."""
-    with ctx.rt.leases.hold_only(f"dag:{dag_id}", DAG_RESUME, [dag_id], RUNS_QUEUE, wait=0) as held:
+    with ctx.rt.leases.hold_only(dag_member(dag_id), DAG_RESUME, [dag_id], RUNS_QUEUE, wait=0) as held:
         live = load_live(ctx, dag_id) if held else None
         if live is not None:
             rec, state = live

@@ -23,6 +23,7 @@ from typing import Any, cast
 import redis
 
 from reactq.shared.keys import Keys
+from reactq.shared.stores.due import run_member
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers.recovery.backlog import Backlog
 
@@ -42,7 +43,7 @@ def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None,
     pipe = r.pipeline(transaction=False)
     for run_id in ids:
         pipe.hmget(keys.run(run_id), "status", "updated_at")
-        pipe.exists(keys.lease(f"run:{run_id}"))
+        pipe.exists(keys.lease(run_member(run_id)))
     rows = pipe.execute()
     out = []
     for n, run_id in enumerate(ids):

@@ -27,10 +27,11 @@ from typing import Any, assert_never
 import redis
 
 from reactq.shared.engine import ending, loop, steps
+from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.engine.next import (
     Advance, Answer, CallLLM, Done, Next, RunTools, SelectTools, advanced, next_step,
 )
-from reactq.shared.engine.state import RunState, ToolOutcome
+from reactq.shared.engine.state import TERMINAL_STATUSES, RunState, ToolOutcome
 from reactq.shared.events import Event
 from reactq.shared.inprocess import new_state
 from reactq.shared.models import ToolCallRequest
@@ -252,7 +253,7 @@ def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], st
     if len(outcomes) < len(calls):
         # Resumed by the watchdog before every tool reported: send what nobody is running.
         for call in calls:
-            if call.id not in outcomes and not rt.leases.alive(f"tool:{state.run_id}:{call.id}"):
+            if call.id not in outcomes and not rt.leases.alive(tool_member(state.run_id, call.id)):
                 send(TOOL, [state.run_id, step_no, call.id, call.name], TOOLS)
         return None
     deps = rt.deps_for(state)
@@ -350,7 +351,7 @@ def crash_text(what: str, crashes: int, rt: Runtime) -> str:
 
 def give_up_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
     """End the run ``failed`` (``error`` kind ``task_crashed``, then ``done``)."""
-    with rt.leases.hold_only(f"run:{run_id}", ITERATE, [run_id, None], RUNS, wait=0) as held:
+    with rt.leases.hold_only(run_member(run_id), ITERATE, [run_id, None], RUNS, wait=0) as held:
         if held:
             end_crashed_run(rt, run_id, crashes, send)
 
@@ -358,7 +359,7 @@ def give_up_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
 def end_crashed_run(rt: Runtime, run_id: str, crashes: int, send: Send) -> None:
     """``give_up_run`` for a caller that holds the run's lease."""
     rec = rt.store.load(run_id)
-    if rec.status in ("succeeded", "failed", "cancelled"):
+    if rec.status in TERMINAL_STATUSES:
         return
     state = rec.state or _initial_state(rt, rec)
     # The crashed step may have published live events (``thinking`` start, answer deltas)

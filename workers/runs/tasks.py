@@ -24,6 +24,8 @@ from typing import Any
 from celery import signals
 
 from reactq.shared.stores.roundtrip import riding
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.stores.runs import RunRecord
 from reactq.shared.tools.mcp import close_hub
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
@@ -82,7 +84,7 @@ def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
     rt = runtime()
     faults.point("before_lease", name)
     load = rt.store.load_step(run_id)
-    with rt.leases.hold(f"run:{run_id}", name, [run_id, None], RUNS_QUEUE, read=lambda _: load) as held, \
+    with rt.leases.hold(run_member(run_id), name, [run_id, None], RUNS_QUEUE, read=lambda _: load) as held, \
             riding(rt.redis):
         if held:
             rec = held.value()
@@ -96,7 +98,7 @@ def _run_crashed_too_often(rt: Runtime, run_id: str, rec: RunRecord | None) -> b
     if not rt.leases.took_over() or rec is None:
         return False
     crashes = Crashes(rt).run(run_id, rec.step_no, True)
-    if crashes < rt.settings.max_task_crashes or rec.status in ("succeeded", "failed", "cancelled"):
+    if crashes < rt.settings.max_task_crashes or rec.status in TERMINAL_STATUSES:
         return False
     drive.end_crashed_run(rt, run_id, crashes, send)
     return True
@@ -107,7 +109,7 @@ def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) 
     """``tool_name`` is only there so that Flower shows which tool a task runs."""
     flow.set_message_priority(None)
     rt = runtime()
-    member = f"tool:{run_id}:{call_id}"
+    member = tool_member(run_id, call_id)
     spec = [run_id, step_no, call_id, tool_name]
     faults.point("before_lease", TOOL)
     token = uuid.uuid4().hex

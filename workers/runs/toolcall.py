@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from reactq.shared import otel
+from reactq.shared.stores.due import tool_member
 from reactq.shared.stores.calls import OpenedCall
 from reactq.shared.engine import prompts
 from reactq.shared.engine.state import ToolOutcome
@@ -87,7 +88,7 @@ def give_up_tool(rt: Runtime, run_id: str, step_no: int, call: ToolCallRequest, 
                  send: Send) -> None:
     """Answer the call with an error observation (``tool_crashed``) and count it in."""
     spec = [run_id, step_no, call.id, call.name]
-    with rt.leases.hold_only(f"tool:{run_id}:{call.id}", TOOL, spec, TOOLS, wait=0) as held:
+    with rt.leases.hold_only(tool_member(run_id, call.id), TOOL, spec, TOOLS, wait=0) as held:
         if held:
             end_crashed_tool(rt, run_id, step_no, call, crashes, send)
 
