@@ -179,7 +179,10 @@ class Dispatcher:
         if req.thread_id is not None:
             from reactq.dispatcher.threads import submit_on_thread
 
-            return submit_on_thread(self, req, run_id)
+            sub = submit_on_thread(self, req, run_id)
+            handle = RunHandle(self, sub.run_id, created=sub.created)
+            handle.injected, handle.interrupt_id = sub.injected, sub.interrupt_id
+            return handle
         if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
             run_id = uuid.uuid4().hex if req.idempotency_key is None else idempotent_id(req.idempotency_key)
         rid, created = self.store.create(run_id, req.model_dump(mode="json"),

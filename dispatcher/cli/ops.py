@@ -13,6 +13,7 @@ import typer
 from rich.table import Table
 
 from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, out, settings, with_model
+from reactq.shared.settings import child_env
 from reactq.shared.errors import ConfigError
 
 
@@ -33,11 +34,12 @@ def serve(
         # Resolve the embedded server once, here, so the app and its threads share it.
         from reactq.shared.redisconn import redis_url
 
-        os.environ["REACTQ_REDIS_URL"] = redis_url(s)
+        s = s.model_copy(update={"redis_url": redis_url(s)})
+    from reactq.dispatcher.http import create_app
     from reactq.dispatcher.local.viewer import viewer_url
 
     typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
-    uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(s), host=host, port=port, log_level=log_level)
 
 
 def worker(
@@ -53,8 +55,8 @@ def worker(
     from reactq.shared.redisconn import redis_url
 
     s = with_model(settings())
-    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
-    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    # The local model's registry when it was chosen; the embedded server's URL when none is set.
+    env = child_env(s, REACTQ_REDIS_URL=redis_url(s))
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
     os.execve(cmd[0], cmd, env)
