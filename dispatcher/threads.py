@@ -127,7 +127,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     active = ts.active(tid)
     if active is None:
         return
-    status = d.redis.hget(d.keys.run(active), "status")
+    [[status]] = d.store.fields_of([active], "status")
     if status is None:
         nxt = skip_orphans(ts, d.store, tid, active)
         if nxt is not None and nxt != active and not_started(d.store, nxt):
@@ -153,11 +153,8 @@ def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:
         return None
     repair(d, ts, tid)
     entries = ts.runs(tid)
-    pipe = d.redis.pipeline(transaction=False)
-    for e in entries:
-        pipe.hget(d.keys.run(e["run_id"]), "status")
-    statuses = pipe.execute() if entries else []
-    runs = [{"run_id": e["run_id"], "status": s.decode() if s else "expired", "query": e["query"],
+    statuses = [row[0] for row in d.store.fields_of([e["run_id"] for e in entries], "status")]
+    runs = [{"run_id": e["run_id"], "status": s or "expired", "query": e["query"],
              "created_at": e["created_at"]} for e, s in zip(entries, statuses, strict=True)]
     messages = [m.model_dump(mode="json", include={"role", "content"}) for m in ts.history(tid)]
     return {"thread_id": tid, "active_run": ts.active(tid), "runs": runs, "messages": messages}
