@@ -100,15 +100,15 @@ def root(_: bool = typer.Option(False, "--version", callback=version, is_eager=T
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # args go on as they are
 
 # Registered in the order `reactq --help` lists them.
-for command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status):
-    app.command()(command)
+for run_command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status):
+    app.command()(run_command)
 app.command("runs")(listing.runs)
 for name in VERBS:
     app.command(name, context_settings=_PASS_THROUGH, add_help_option=False)(verb_command(name))
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
-for command in (ops.down, ops.models, ops.tools):
-    app.command()(command)
+for ops_command in (ops.down, ops.models, ops.tools):
+    app.command()(ops_command)
 app.command("thread")(threads.thread)
 # The older name of 'reactq batch cancel BATCH_ID', kept working (not listed).
 app.command("batch-cancel", hidden=True)(batches.batch_cancel)
