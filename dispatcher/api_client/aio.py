@@ -140,16 +140,15 @@ class AsyncRuns(_Resource):
     def stream(self, run_id: str, last_event_id: str | None = None) -> AsyncIterator[StreamEvent]:
         return self._c.stream(routes.run_events_path(run_id), last_event_id)
 
-    async def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
-        async def follow() -> None:
-            async for _ in self.stream(run_id):
-                pass
-
-        try:
-            await asyncio.wait_for(follow(), timeout)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"run {run_id} did not end within {timeout}s") from None
-        return await self.get(run_id)
+    async def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 0.05) -> Run:
+        """The run once it ended (``TimeoutError`` after ``timeout`` s)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not (run := await self.get(run_id)).done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still {run.status} after {timeout}s")
+            await asyncio.sleep(poll)
+            poll = min(1.0, poll * 1.5)
+        return run
 
     async def cancel(self, run_id: str) -> Run:
         return await self._c.call(routes.cancel_run(run_id))

@@ -25,8 +25,9 @@ class Run(_Model):
     """The run's id."""
     status: str | None = None
     """queued, running, waiting, succeeded, failed or cancelled."""
-    created_at: float | None = None
-    updated_at: float | None = None
+    created_at: float | str | None = None
+    """Epoch seconds (an ISO-8601 text from gateways that answer so)."""
+    updated_at: float | str | None = None
     events: int | None = None
     """Events the run has published so far."""
     result: dict[str, Any] | None = None
@@ -58,8 +59,8 @@ class RunRow(_Model):
     """Its first 200 characters."""
     iterations: int | None = None
     usage: dict[str, Any] | None = None
-    created_at: float | None = None
-    updated_at: float | None = None
+    created_at: float | str | None = None
+    updated_at: float | str | None = None
     batch_id: str | None = None
     thread_id: str | None = None
 
@@ -141,7 +142,7 @@ class ThreadRun(_Model):
     run_id: str
     status: str | None = None
     query: str | None = None
-    created_at: float | None = None
+    created_at: float | str | None = None
 
 
 class Thread(_Model):

@@ -141,13 +141,16 @@ class Runs(_Resource):
         """The run's events from the start (or after ``last_event_id``) until ``done``."""
         return self._c.stream(routes.run_events_path(run_id), last_event_id)
 
-    def wait(self, run_id: str, *, timeout: float | None = None) -> Run:
-        """Follow the run until it ended (``TimeoutError`` after ``timeout`` s); the run."""
+    def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 0.05) -> Run:
+        """The run once it ended (``TimeoutError`` after ``timeout`` s): polled, the interval
+        growing from ``poll`` to 1 s."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        for _ in self.stream(run_id):
+        while not (run := self.get(run_id)).done:
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {run_id} did not end within {timeout}s")
-        return self.get(run_id)
+                raise TimeoutError(f"run {run_id} still {run.status} after {timeout}s")
+            time.sleep(poll)
+            poll = min(1.0, poll * 1.5)
+        return run
 
     def cancel(self, run_id: str) -> Run:
         return self._c.call(routes.cancel_run(run_id))
