@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -117,31 +118,63 @@ def test_errors_are_typed_from_the_error_answer(client, gateway):
         client.threads.get("never-used-thread")
 
 
-def test_a_stream_resumes_by_last_event_id_when_the_gateway_restarts(gateway_env, llm, tmp_path):
-    """The gateway process is killed mid-stream and started again on the same port: the
-    client's iterator reconnects on its own and every event arrives exactly once, in order."""
-    port = free_port()
-    log = tmp_path / "gateway.log"
-    gw = start_gateway(gateway_env, log, port=port)
-    restarted: list[Gateway] = []
-    try:
-        with reactq.Client(gw.url, api_key=TOKEN, timeout=10) as client:
-            run = client.runs.create(query=slow(llm, "client: survive a gateway restart", 2, 2))
-            seen = []
-            for event in client.runs.stream(run.run_id):
-                seen.append(event)
-                if len(seen) == 3 and not restarted:  # thinking start/done, the first tool's start
-                    os.killpg(gw.proc.pid, signal.SIGKILL)
-                    gw.proc.wait()  # the stream's connection is now broken
-                    restarted.append(start_gateway(gateway_env, log, port=port))
-            assert client.runs.get(run.run_id).status == "succeeded"
-        assert restarted
-        assert [e.data["seq"] for e in seen] == list(range(1, len(seen) + 1))
-        assert len(seen) > 3 and seen[-1].event == "done" and seen[-1].data["answer"] == "all slow done"
-    finally:
-        for g in [gw, *restarted]:
+class Restarter:
+    """Kills the gateway process (kill -9) once, mid-stream, and starts a new one on its port."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env, self.log, self.port = env, log, free_port()
+        self.gateways = [start_gateway(env, log, port=self.port)]
+
+    @property
+    def url(self) -> str:
+        return self.gateways[0].url
+
+    def restart_once(self) -> None:
+        if len(self.gateways) == 1:
+            os.killpg(self.gateways[0].proc.pid, signal.SIGKILL)
+            self.gateways[0].proc.wait()  # the stream's connection is now broken
+            self.gateways.append(start_gateway(self.env, self.log, port=self.port))
+
+    def stop(self) -> None:
+        for g in self.gateways:
             if g.proc.poll() is None:
                 stop_gateway(g)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "async"])
+def test_a_stream_resumes_by_last_event_id_when_the_gateway_restarts(flavour, gateway_env, llm, tmp_path):
+    """The gateway process is killed mid-stream and started again on the same port: the
+    client's iterator reconnects on its own and every event arrives exactly once, in order."""
+    gw = Restarter(gateway_env, tmp_path / "gateway.log")
+    query = slow(llm, f"client {flavour}: survive a gateway restart", 2, 2)
+    seen: list[reactq.dispatcher.api_client.StreamEvent] = []
+
+    def take(event: Any) -> None:
+        seen.append(event)
+        if len(seen) == 3:  # thinking start/done, the first tool's start
+            gw.restart_once()
+
+    async def consume_async() -> str | None:
+        async with reactq.AsyncClient(gw.url, api_key=TOKEN, timeout=10) as client:
+            run = await client.runs.create(query=query)
+            async for event in client.runs.stream(run.run_id):
+                take(event)
+            return (await client.runs.get(run.run_id)).status
+
+    try:
+        if flavour == "sync":
+            with reactq.Client(gw.url, api_key=TOKEN, timeout=10) as client:
+                run = client.runs.create(query=query)
+                for event in client.runs.stream(run.run_id):
+                    take(event)
+                status = client.runs.get(run.run_id).status
+        else:
+            status = asyncio.run(consume_async())
+    finally:
+        gw.stop()
+    assert len(gw.gateways) == 2 and status == "succeeded"
+    assert [e.data["seq"] for e in seen] == list(range(1, len(seen) + 1))
+    assert len(seen) > 3 and seen[-1].event == "done" and seen[-1].data["answer"] == "all slow done"
 
 
 def test_a_create_sent_while_the_gateway_is_down_is_retried(gateway_env, llm, tmp_path):
