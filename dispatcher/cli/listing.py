@@ -26,8 +26,8 @@ def runs(
 ) -> None:
     """List runs, newest first (filters combine)."""
     from reactq.shared.errors import RequestError
-    from reactq.shared.runs_index import RunFilter, RunsIndex
-    from reactq.shared.store import RUN_STATUSES
+    from reactq.shared.stores.runs_index import RunFilter, RunsIndex
+    from reactq.shared.stores.runs import RUN_STATUSES
 
     if status is not None and status not in RUN_STATUSES:
         fail(f"--status {status!r}: one of {', '.join(RUN_STATUSES)}")
