@@ -19,8 +19,8 @@ from reactq.shared.errors import ConfigError
 
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on"),
-    port: int = typer.Option(8000, "--port", help="port"),
-    log_level: str = typer.Option("info", "--log-level"),
+    port: int = typer.Option(8000, "--port", help="port to listen on"),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level (debug, info, warning, …)"),
     start_workers: bool = typer.Option(False, "--start-workers",
                                        help="start a local worker when none is running"),
 ) -> None:
@@ -46,7 +46,7 @@ def worker(
     ctx: typer.Context,
     queues: str = typer.Option("reactq.runs,reactq.tools", "--queues", "-Q", help="queues to consume"),
     pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="tasks at once (threads)"),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
 ) -> None:
     """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
@@ -74,7 +74,7 @@ def down() -> None:
     out.print(f"stopped {n} local worker(s){embedded}{model}")
 
 
-def models(as_json: bool = typer.Option(False, "--json")) -> None:
+def models(as_json: bool = typer.Option(False, "--json", help="print the registry as JSON")) -> None:
     """The model registry (no secrets)."""
     from reactq.shared.llm.registry import load_registry
 
@@ -94,7 +94,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
     out.print(table)
 
 
-def tools(as_json: bool = typer.Option(False, "--json")) -> None:
+def tools(as_json: bool = typer.Option(False, "--json", help="print the tools as JSON")) -> None:
     """The tools runs can use (built-ins + REACTQ_MCP servers + REACTQ_TOOLS)."""
     from reactq.shared.tools.loader import default_registry
 
