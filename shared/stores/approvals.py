@@ -29,15 +29,15 @@ from typing import Any, cast
 
 import redis
 
-from reactq.shared.due import approval_member, deadline_ms, run_member, tool_member
+from reactq.shared.stores.due import approval_member, deadline_ms, run_member, tool_member
 from reactq.shared.engine import approval as A
 from reactq.shared.errors import ApprovalConflict, RequestError, RunNotFound
 from reactq.shared.events import dumps
 from reactq.shared.keys import Keys
-from reactq.shared.metrics_schema import FAMILIES, bucket_of, label_field
+from reactq.shared.stores.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.approvals_lua import CANCEL, DECIDE, REQUEST
-from reactq.shared.streams import text
+from reactq.shared.stores.streams import text
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 
 MAX_LIMIT = 500

@@ -336,7 +336,7 @@ def test_the_inbox_lists_every_run_oldest_first_a_page_at_a_time(workers: Any, d
 
 def test_metrics_count_pending_approvals_decisions_and_waits(workers: Any, dispatcher: Dispatcher,
                                                             llm: LLMFixture) -> None:
-    from reactq.dispatcher.metrics import snapshot
+    from reactq.dispatcher.http.metrics import snapshot
 
     def decided(snap: dict[str, Any]) -> float:
         return float(snap.get("reactq_approval_decisions_total", {}).get((("decision", "rejected"),), 0))
