@@ -41,8 +41,8 @@ def approvals(
 
 
 def approve(
-    run_id: str = typer.Argument(...),
-    approval_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="the run's id"),
+    approval_id: str = typer.Argument(..., help="the approval's id (reactq approvals --run RUN)"),
     args: str | None = typer.Option(None, "--args", help="run with these arguments instead (JSON object): an edit"),
     by: str | None = typer.Option(None, "--by", help="who decides (kept with the approval)"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -53,8 +53,8 @@ def approve(
 
 
 def reject(
-    run_id: str = typer.Argument(...),
-    approval_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="the run's id"),
+    approval_id: str = typer.Argument(..., help="the approval's id (reactq approvals --run RUN)"),
     message: str | None = typer.Option(None, "--message", help="why (the model reads it)"),
     by: str | None = typer.Option(None, "--by", help="who decides"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
@@ -64,8 +64,8 @@ def reject(
 
 
 def respond(
-    run_id: str = typer.Argument(...),
-    approval_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help="the run's id"),
+    approval_id: str = typer.Argument(..., help="the approval's id (reactq approvals --run RUN)"),
     text: str = typer.Argument(..., help="the call's answer, as the model will read it"),
     by: str | None = typer.Option(None, "--by", help="who decides"),
     as_json: bool = typer.Option(False, "--json", help="print the result as JSON"),
