@@ -370,3 +370,22 @@ def test_an_interrupt_while_waiting_is_held_for_the_next_turn(workers: Any, disp
     query = h.d.store.load(h.run_id).request["query"]
     last = llm.requests_for(query)[-1]["messages"]
     assert any("also say hello" in str(m.get("content")) for m in last if m["role"] == "user")
+
+
+def test_a_waiting_run_is_its_threads_active_run(workers: Any, dispatcher: Dispatcher, llm: LLMFixture,
+                                                 http: Any) -> None:
+    thread = f"approvals-{uuid.uuid4().hex[:8]}"
+    h = _transfer_run(llm, dispatcher, f"thread-{uuid.uuid4().hex[:6]}", thread_id=thread)
+    req = _requested(h)[0]
+    _wait(lambda: h.status()["status"] == "waiting", "status waiting")
+    q2 = llm.script(llm.unique("approvals thread next"), [reply_text("second")], synthesis=reply_text("second"))
+    refused = http.post("/v1/runs", json={"query": q2, "thread_id": thread, "multitask_strategy": "reject"})
+    assert refused.status_code == 409 and h.run_id in refused.text
+    took = http.post("/v1/runs", json={"query": q2, "thread_id": thread, "multitask_strategy": "interrupt",
+                                       "completion_check": False})
+    assert took.status_code == 202, took.text
+    assert h.result(timeout=30)["status"] == "cancelled"
+    _wait(lambda: h.approvals()[0]["status"] == "cancelled", "the approval cancelled")
+    assert dispatcher.handle(took.json()["run_id"]).result(timeout=60)["status"] == "succeeded"
+    assert http.post(f"/v1/runs/{h.run_id}/approvals/{req['approval_id']}",
+                     json={"decision": "approve", "args_digest": req["args_digest"]}).status_code == 409
