@@ -44,3 +44,18 @@ def decide(d: Dispatcher, run_id: str, approval_id: str, decision: str, *, args_
     for task, task_args, queue in done.sends:
         d.send(task, task_args, queue)
     return {"approval_id": approval_id, "status": done.record["status"]}
+
+
+def with_waiting(store: Any, view: dict[str, Any]) -> dict[str, Any]:
+    """A DAG's view (``GET /v1/dags/{id}``) where a running step whose child run waits for a
+    person says ``waiting``, and so does the DAG while nothing else of it runs."""
+    steps = [s for s in view.get("steps") or [] if s.get("status") == "running" and s.get("run_id")]
+    if not steps:
+        return view
+    rows = store.fields_of([s["run_id"] for s in steps], "status")
+    for step, (status,) in zip(steps, rows, strict=True):
+        if status == "waiting":
+            step["status"] = "waiting"
+    if view.get("status") == "running" and all(s["status"] == "waiting" for s in steps):
+        view["status"] = "waiting"
+    return view

@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
+from reactq.dispatcher.approvals import with_waiting
 from reactq.dispatcher.http.errors import field_error, interrupt_reply
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
@@ -55,7 +56,7 @@ def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
 @router.get("/v1/dags/{dag_id}")
 def get_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
     """Status, phase, round, each step's status / child run / result, the answer once done."""
-    return public_view(gw.dags.store.load(dag_id))
+    return with_waiting(gw.dispatcher.store, public_view(gw.dags.store.load(dag_id)))
 
 
 @router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,

@@ -85,3 +85,19 @@ def test_a_rejection_reads_unlike_a_cancel_or_an_interruption() -> None:
     assert A.answer_outcome(rec, "respond", "done by hand", 1.0).observation == "done by hand"
     assert A.answer_outcome(rec, "expire", None, 1.0).approval == "expired"
     assert A.effect("expire", "approve") == "run" and A.effect("expire", "reject") == "answer"
+
+
+def test_a_dag_step_whose_child_waits_shows_waiting() -> None:
+    from reactq.dispatcher.approvals import with_waiting
+
+    class Store:
+        def fields_of(self, run_ids: list[str], *names: str) -> list[list[str | None]]:
+            return [["waiting" if rid == "r1" else "running"] for rid in run_ids]
+
+    view = {"status": "running", "steps": [{"id": "a", "status": "running", "run_id": "r1"},
+                                           {"id": "b", "status": "completed", "run_id": "r0"}]}
+    out = with_waiting(Store(), view)
+    assert [s["status"] for s in out["steps"]] == ["waiting", "completed"] and out["status"] == "waiting"
+    both = {"status": "running", "steps": [{"id": "a", "status": "running", "run_id": "r1"},
+                                           {"id": "c", "status": "running", "run_id": "r2"}]}
+    assert with_waiting(Store(), both)["status"] == "running"
