@@ -59,3 +59,11 @@ def with_waiting(store: Any, view: dict[str, Any]) -> dict[str, Any]:
     if view.get("status") == "running" and all(s["status"] == "waiting" for s in steps):
         view["status"] = "waiting"
     return view
+
+
+def waiting_lines(client: Any, keys: Any, batch_id: str) -> int:
+    """How many runs of an HTTP batch wait for a person (the batch goes on without them)."""
+    from reactq.shared.stores.runs_index import MAX_LIMIT, RunFilter, RunsIndex
+
+    page = RunsIndex(client, keys).page(RunFilter(status="waiting", batch_id=batch_id), limit=MAX_LIMIT)
+    return len(page["runs"])

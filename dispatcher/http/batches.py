@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
+from reactq.dispatcher.approvals import waiting_lines
 from reactq.dispatcher.batch.items import mark_duplicates, parse_obj, parse_text
 from reactq.dispatcher.http.errors import field_error, not_found
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
@@ -64,10 +65,15 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
 @router.get("/v1/batches/{batch_id}")
 def get_batch(batch_id: IdPath, gw: GatewayDep,
               results: bool = Query(False, description="include the result lines")) -> Any:
-    """Progress: done / succeeded / failed / invalid / running / queued, tokens."""
+    """Progress: done / succeeded / failed / invalid / running (of which ``waiting`` for a
+    person's approval) / queued, tokens."""
     view = gw.batches.view(batch_id, with_results=results)
     if view is None:
         return not_found(f"no batch with id {batch_id!r} (it may have expired)")
+    if view["running"]:
+        view["waiting"] = waiting_lines(gw.dispatcher.redis, gw.keys, batch_id)
+    else:
+        view["waiting"] = 0
     return view
 
 

@@ -389,3 +389,27 @@ def test_a_waiting_run_is_its_threads_active_run(workers: Any, dispatcher: Dispa
     assert dispatcher.handle(took.json()["run_id"]).result(timeout=60)["status"] == "succeeded"
     assert http.post(f"/v1/runs/{h.run_id}/approvals/{req['approval_id']}",
                      json={"decision": "approve", "args_digest": req["args_digest"]}).status_code == 409
+
+
+def test_a_batch_counts_its_waiting_lines_and_ends_once_they_are_decided(workers: Any, dispatcher: Dispatcher,
+                                                                         llm: LLMFixture, http: Any,
+                                                                         r: redis.Redis) -> None:
+    tag = f"batch-{uuid.uuid4().hex[:6]}"
+    waits = llm.script(llm.unique("approvals batch line"), [
+        reply_tool_calls([("t1", "transfer", {"tag": tag, "amount": 1})]), reply_text("ok")],
+        synthesis=reply_text("ok"))
+    plain = llm.script(llm.unique("approvals batch plain"), [reply_text("plain")], synthesis=reply_text("plain"))
+    created = http.post("/v1/batches", json={"requests": [{"query": waits, "completion_check": False},
+                                                          {"query": plain}], "concurrency": 2})
+    assert created.status_code == 202, created.text
+    batch_id = created.json()["batch_id"]
+    view = _wait(lambda: (v := http.get(f"/v1/batches/{batch_id}").json())["waiting"] == 1 and v["done"] == 1 and v,
+                 "one line waiting, the other done")
+    assert view["status"] == "running" and view["running"] == 1
+    run_id = next(row["run_id"] for row in http.get("/v1/runs", params={"batch_id": batch_id}).json()["runs"]
+                  if row["status"] == "waiting")
+    approval = dispatcher.handle(run_id).approvals()[0]
+    dispatcher.handle(run_id).decide(approval["approval_id"], "approve")
+    done = _wait(lambda: (v := http.get(f"/v1/batches/{batch_id}").json())["status"] == "done" and v,
+                 "the batch done", timeout=60)
+    assert done["succeeded"] == 2 and done["waiting"] == 0 and len(_runs_of(r, tag)) == 1
