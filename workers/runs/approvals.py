@@ -22,6 +22,8 @@ from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.errors import ApprovalConflict, RunNotFound
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.stores.approvals import Decided
+from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.workers.runs.listeners import Send
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,7 @@ def settle(rt: Runtime, decided: Decided) -> None:
         rt.store.move_status(decided.record["run_id"], decided.new, decided.created_at)
 
 
-def expire(rt: Runtime, run_id: str, call_id: str, send: Any) -> bool:
+def expire(rt: Runtime, run_id: str, call_id: str, send: Send) -> bool:
     """The watchdog found an approval's member due: apply ``on_timeout`` if it expired.
     True when the member is done with (decided, gone, or the run ended)."""
     approval_id = A.approval_id(run_id, call_id)
@@ -123,9 +125,7 @@ def expire(rt: Runtime, run_id: str, call_id: str, send: Any) -> bool:
     return True
 
 
-def send_nudge(rt: Runtime, run_id: str, send: Any) -> None:
-    from reactq.shared.wire import ITERATE, RUNS_QUEUE
-
+def send_nudge(rt: Runtime, run_id: str, send: Send) -> None:
     try:
         step_no = rt.store.load(run_id).step_no
     except RunNotFound:
