@@ -96,6 +96,13 @@ class Settings(BaseSettings):
     http_fetch_allow: str = ""
     http_fetch_max_bytes: int = Field(2_000_000, ge=1024)
     http_fetch_timeout: float = Field(20.0, gt=0)
+    # Schedules (``reactq scheduler``): a tick missed while no scheduler ran fires once when
+    # one returns if it is at most this old, else it is skipped and counted.
+    schedule_catchup_s: float = Field(300.0, ge=0)
+    scheduler_lock_timeout_s: float = Field(3.0, gt=0)
+    """celery-redbeat's lock TTL: a standby takes over within about this plus the loop interval."""
+    scheduler_loop_s: float = Field(1.0, gt=0, le=60)
+    """The beat's longest sleep (``beat_max_loop_interval``); also how often a standby tries the lock."""
 
     @property
     def due_seconds(self) -> float:

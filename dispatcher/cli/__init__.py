@@ -5,7 +5,8 @@
 ``batches``        ``batch`` (a JSONL file), ``batch-cancel`` (an HTTP batch)
 ``dags``           ``dag`` (loaded only when used)
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
-``ops``            ``serve``, ``worker``, ``down``, ``models``, ``tools``
+``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
+``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, exit codes, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
 =================  ===========================================================
@@ -30,7 +31,7 @@ import sys
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import batches, ops, runs, threads
+from reactq.dispatcher.cli import batches, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -55,10 +56,12 @@ for command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status, 
 app.command(context_settings=_PASS_THROUGH, add_help_option=False)(dag)
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
+app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
 for command in (ops.down, ops.models, ops.tools):
     app.command()(command)
 app.command("thread")(threads.thread)
 app.command("batch-cancel")(batches.batch_cancel)
+app.add_typer(schedules.app, name="schedules")
 
 
 def main() -> None:
