@@ -67,7 +67,7 @@ class Schedules:
         return {**rec.view(), "next_fire_times": [iso(t) for t in fire_times(rec.cadence, start, count)]}
 
     def list(self) -> list[dict[str, Any]]:
-        return [self.view(rec) for rec in self.store.list()]
+        return [self.view(rec) for rec in self.store.all()]
 
     def patch(self, schedule_id: str, patch: SchedulePatch) -> dict[str, Any]:
         """Change fields (the merged schedule is validated again, errors naming the field)."""

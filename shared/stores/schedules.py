@@ -118,7 +118,7 @@ class ScheduleStore:
     def get(self, schedule_id: str) -> ScheduleRecord | None:
         return _record(schedule_id, self.r.hgetall(self.keys.schedule(schedule_id)))
 
-    def list(self) -> list[ScheduleRecord]:
+    def all(self) -> list[ScheduleRecord]:
         """Every schedule, oldest first (ids whose hash is gone are dropped from the listing)."""
         ids = [text(m) for m in self.r.zrange(self.keys.schedules, 0, -1)]
         pipe = self.r.pipeline(transaction=False)
@@ -139,7 +139,7 @@ class ScheduleStore:
         """Write the changed spec; with ``move`` the next tick too (None: paused), which makes
         a scheduler handing on the old tick lose its compare-and-set."""
         sid = req.schedule_id
-        mapping: dict[str, str] = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False),
+        mapping: dict[Any, str | int] = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False),
                                    "updated_at": f"{time.time():.6f}"}
         if move:
             mapping["next_tick"] = "" if next_tick is None else str(next_tick)
