@@ -57,8 +57,8 @@ app.command(context_settings=_PASS_THROUGH, add_help_option=False)(dag)
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
 app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
-for command in (ops.down, ops.models, ops.tools):
-    app.command()(command)
+for op in (ops.down, ops.models, ops.tools):
+    app.command()(op)
 app.command("thread")(threads.thread)
 app.command("batch-cancel")(batches.batch_cancel)
 app.add_typer(schedules.app, name="schedules")

@@ -18,11 +18,11 @@ from typing import Any
 
 import redis
 
-from reactq.shared.idempotency import write_if_absent
+from reactq.shared.stores.idempotency import write_if_absent
 from reactq.shared.keys import Keys
 from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.schedule.times import Cadence, iso
-from reactq.shared.streams import text
+from reactq.shared.stores.streams import text
 
 _ADVANCE = """
 if redis.call('hget', KEYS[1], 'next_tick') ~= ARGV[1] then return 0 end

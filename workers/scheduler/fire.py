@@ -26,7 +26,7 @@ from celery import Celery
 from pydantic import ValidationError
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.idempotency import idempotent_id
+from reactq.shared.stores.idempotency import idempotent_id
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
 from reactq.shared.redisconn import client as state_client
@@ -34,9 +34,9 @@ from reactq.shared.requests import RunRequest
 from reactq.shared.schedule.policy import overlap_action, tick_key, too_late
 from reactq.shared.schedule.times import count_until, iso, next_after
 from reactq.shared.settings import Settings
-from reactq.shared.store import RunStore
+from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
-from reactq.shared.streams import text
+from reactq.shared.stores.streams import text
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 
 log = logging.getLogger("reactq.scheduler")
