@@ -4,6 +4,8 @@ within the catch-up window, else they are skipped and counted), never two."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 import pytest
 
@@ -97,3 +99,30 @@ def test_a_seconds_cron_skips_and_counts_ticks_older_than_the_catch_up_window(si
     # Exactly the ticks of the outage that were more than 1 s old on takeover are missing.
     assert len(missing) == rec.skipped
     assert all(killed - 1.5 <= t <= killed + TAKEOVER_S for t in missing), (killed, missing)
+
+
+def test_a_frozen_scheduler_that_lost_its_lock_stands_by_and_fires_nothing_twice(site: Site):
+    # Given two schedulers and an every-second schedule,
+    active, standby = _active_and_standby(site)
+    view = site.schedules.create(ScheduleRequest.model_validate(
+        {"schedule_id": "frozen", "interval_s": 1, "overlap": "allow", "run": {"query": "tick"}}))
+    first = int(parse_instant(view["next_tick"]))
+    wait_for(lambda: len(site.run_ids("frozen")) >= 2, 20, "two runs")
+    # when the active one is frozen past its lock's TTL (the standby takes over) and thawed,
+    os.killpg(active.proc.pid, signal.SIGSTOP)
+    wait_for(standby.holds_lock, 15, "the standby to take the lock")
+    os.killpg(active.proc.pid, signal.SIGCONT)
+    wait_for(lambda: "lost the lock" in active.text(), 10, "the thawed scheduler to notice")
+    time.sleep(2)
+    # then it stands by (alive, not firing), and every tick still has exactly one run.
+    assert active.proc.poll() is None, active.text()[-2000:]
+    standby.stop()  # releases the lock: the thawed one takes over again
+    wait_for(lambda: active.text().count("beat: Acquired lock") >= 2, 10, "the thawed one to take over")
+    time.sleep(2)
+    active.stop()
+    ticks = site.ticks("frozen")
+    assert all(n == 1 for n in ticks.values()), f"a tick with two runs: {ticks}"
+    rec = site.store.get("frozen")
+    assert rec is not None and rec.next_tick is not None
+    assert set(ticks) == {iso(t) for t in range(first, rec.next_tick)}
+    assert rec.fired == len(ticks) and rec.skipped == 0

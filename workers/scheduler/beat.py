@@ -10,10 +10,11 @@
   then fires what is due (``fire.Firer``). Killed (kill -9), it stops extending: its lock
   expires within the TTL and a standby takes it at its next try, so ticks resume within
   about TTL + loop interval (≈ 4 s); the ticks missed meanwhile fire then (catch-up).
-* An active scheduler that finds its lock taken by another (it was frozen longer than the
-  TTL) stops with an error rather than fire beside the new holder; its supervisor restarts
-  it as a standby. Were both to fire a tick anyway, the tick's idempotency key and the
-  compare-and-set on the schedule keep it to one run, counted once.
+* An active scheduler that finds its lock gone (it was frozen, or cut off from Redis, for
+  longer than the TTL) fires nothing more and goes back to standing by until it holds the
+  lock again. Were two to fire a tick anyway (one frozen in the middle of a tick), the
+  tick's idempotency key and the compare-and-set on the schedule keep it to one run,
+  counted once. Redis unreachable for a moment: the turn is skipped, the loop goes on.
 
 Schedules are not redbeat entries: celery's ``crontab`` has no seconds field and no
 wall-clock DST rule, so fire times come from ``reactq.shared.schedule.times`` and the due
@@ -44,13 +45,26 @@ class ScheduleBeat(RedBeatScheduler):  # type: ignore[misc]
         return Firer(settings)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
-        wait = float(super().tick(*args, **kwargs))  # extends the lock first (raises if it was lost)
+        try:
+            wait = float(super().tick(*args, **kwargs))  # extends the lock first (raises if it was lost)
+        except redis.exceptions.LockError:
+            self._stand_by()
+            return 0.0
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("Redis unreachable, nothing fired this turn: %s", exc)
+            return float(self.max_interval)
         try:
             until = self.firer.fire_due()
         except (redis.RedisError, OSError) as exc:
             log.warning("schedules not fired this turn: %s", exc)
             until = self.max_interval
         return max(0.0, min(wait, until, float(self.max_interval)))
+
+    def _stand_by(self) -> None:
+        """The lock was lost: wait, as a standby does, until this one holds it again."""
+        log.warning("beat: lost the lock (another scheduler holds it or it expired); standing by")
+        self.lock.acquire()  # blocking; a new token
+        log.info("beat: Acquired lock")
 
 
 __all__ = ["ScheduleBeat"]
