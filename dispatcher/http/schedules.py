@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reactq.dispatcher.http.errors import conflict, field_error
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
@@ -23,8 +23,34 @@ from reactq.shared.schedule.times import parse_instant
 router = APIRouter(tags=["schedules"])
 
 
+class ScheduleView(BaseModel):
+    """A schedule as the routes answer it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    schedule_id: str
+    cron: str | None
+    interval_s: int | None
+    timezone: str
+    run: dict[str, Any]
+    overlap: str
+    paused: bool
+    next_fire_times: list[str]
+    """ISO-8601 UTC: 5 after now, or ``count`` after ``from``."""
+    next_tick: str | None
+    """The next tick the scheduler will handle (null while paused)."""
+    last_fired_at: str | None
+    last_run_id: str | None
+    skipped: int
+    """Ticks skipped by the overlap policy or the catch-up window."""
+    fired: int
+    last_error: str | None
+    created_at: float
+    updated_at: float
+
+
 class ScheduleList(BaseModel):
-    schedules: list[dict[str, Any]]
+    schedules: list[ScheduleView]
 
 
 class Triggered(BaseModel):
@@ -41,7 +67,7 @@ def _schedules(request: Request, gw: Any) -> Schedules:
     return svc
 
 
-@router.post("/v1/schedules", status_code=201)
+@router.post("/v1/schedules", status_code=201, response_model=ScheduleView)
 def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep) -> Any:
     """A new schedule → ``{schedule_id, next_fire_times: [5 × ISO-8601 UTC], …}``."""
     try:
@@ -55,10 +81,10 @@ def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep) -> A
 @router.get("/v1/schedules", response_model=ScheduleList)
 def list_schedules(request: Request, gw: GatewayDep) -> Any:
     """Every schedule, oldest first, each with its next fire times."""
-    return ScheduleList(schedules=_schedules(request, gw).list())
+    return {"schedules": _schedules(request, gw).list()}
 
 
-@router.get("/v1/schedules/{schedule_id}")
+@router.get("/v1/schedules/{schedule_id}", response_model=ScheduleView)
 def get_schedule(schedule_id: IdPath, request: Request, gw: GatewayDep,
                  from_: str | None = Query(None, alias="from", max_length=64,
                                            description="list the fire times after this ISO-8601 instant"),
@@ -74,7 +100,7 @@ def get_schedule(schedule_id: IdPath, request: Request, gw: GatewayDep,
     return _schedules(request, gw).get(schedule_id, after=after, count=count)
 
 
-@router.patch("/v1/schedules/{schedule_id}")
+@router.patch("/v1/schedules/{schedule_id}", response_model=ScheduleView)
 def patch_schedule(schedule_id: IdPath, patch: SchedulePatch, request: Request, gw: GatewayDep) -> Any:
     """Change fields (``paused: true|false`` pauses and resumes); the whole schedule back."""
     try:
