@@ -7,6 +7,7 @@ from typing import Any
 
 from celery import Celery
 
+from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import redis_url
 from reactq.shared.settings import Settings
@@ -15,11 +16,17 @@ from reactq.shared.wire import celery_config
 
 def scheduler_config(settings: Settings) -> dict[str, Any]:
     """Celery's configuration for the beat: redbeat on the state Redis, reactq's prefix."""
+    lock_s = max(1, round(settings.scheduler_lock_timeout_s))
+    if lock_s <= settings.scheduler_loop_s:
+        # The lock is renewed once per turn of the loop: a TTL no longer than a turn expires
+        # under a healthy scheduler and hands it to a standby at every turn.
+        raise ConfigError(f"REACTQ_SCHEDULER_LOCK_TIMEOUT_S ({lock_s}) must exceed "
+                          f"REACTQ_SCHEDULER_LOOP_S ({settings.scheduler_loop_s})")
     conf = celery_config(settings)
     conf.update(
         redbeat_redis_url=redis_url(settings),
         redbeat_key_prefix=Keys(settings.key_prefix).redbeat_prefix,
-        redbeat_lock_timeout=max(1, round(settings.scheduler_lock_timeout_s)),
+        redbeat_lock_timeout=lock_s,
         redbeat_redis_options={"cluster": True} if settings.redis_cluster else {},
         beat_max_loop_interval=settings.scheduler_loop_s,
         beat_schedule={},
