@@ -65,7 +65,7 @@ def worker(
 
 def scheduler(
     ctx: typer.Context,
-    log_level: str = typer.Option("INFO", "--loglevel", "-l"),
+    log_level: str = typer.Option("INFO", "--loglevel", "-l", help="log level (DEBUG, INFO, WARNING, …)"),
 ) -> None:
     """The scheduler that fires schedules' ticks (Celery beat + celery-redbeat's lock).
 
@@ -74,8 +74,7 @@ def scheduler(
     from reactq.shared.redisconn import redis_url
 
     s = settings()
-    env = dict(os.environ)
-    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    env = child_env(s, REACTQ_REDIS_URL=redis_url(s))  # the embedded server's URL when none is set
     cmd = scheduler_command(log_level) + list(ctx.args)
     os.execve(cmd[0], cmd, env)  # signals reach Celery directly
 

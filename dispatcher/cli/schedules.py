@@ -75,7 +75,7 @@ def create(
     cron: str | None = typer.Option(None, "--cron", help="5 fields, or 6 with seconds first"),
     interval: int | None = typer.Option(None, "--interval", help="every SECONDS instead of a cron"),
     timezone: str = typer.Option("UTC", "--timezone", help="IANA zone of the cron's wall-clock times"),
-    model: str | None = typer.Option(None, "--model"),
+    model: str | None = typer.Option(None, "--model", help="a model name from the registry"),
     tools: str | None = typer.Option(None, "--tools", help="comma-separated tool allowlist"),
     overlap: Overlap = typer.Option(Overlap.skip, "--overlap", help="a tick while the last run is active"),
     schedule_id: str | None = typer.Option(None, "--id", help="the schedule's id (default: a new one)"),
@@ -112,9 +112,9 @@ def list_(as_json: bool = JSON) -> None:
 
 
 def show(
-    schedule_id: str = typer.Argument(...),
+    schedule_id: str = typer.Argument(..., help="the schedule's id"),
     from_: str | None = typer.Option(None, "--from", help="list the fire times after this ISO-8601 instant"),
-    count: int = typer.Option(5, "--count", min=1, max=100),
+    count: int = typer.Option(5, "--count", min=1, max=100, help="how many fire times (1-100)"),
     as_json: bool = JSON,
 ) -> None:
     """One schedule and its next fire times."""
@@ -129,17 +129,17 @@ def show(
     _show(_call(lambda: _service().get(schedule_id, after=after, count=count)), as_json)
 
 
-def pause(schedule_id: str = typer.Argument(...), as_json: bool = JSON) -> None:
+def pause(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
     """Stop firing (ticks while paused are not caught up)."""
     _show(_call(_service().set_paused, schedule_id, True), as_json)
 
 
-def resume(schedule_id: str = typer.Argument(...), as_json: bool = JSON) -> None:
+def resume(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
     """Fire again, from the first tick after now."""
     _show(_call(_service().set_paused, schedule_id, False), as_json)
 
 
-def delete(schedule_id: str = typer.Argument(...), as_json: bool = JSON) -> None:
+def delete(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
     """Remove a schedule (its runs stay)."""
     _call(_service().delete, schedule_id)
     if as_json:
@@ -148,7 +148,7 @@ def delete(schedule_id: str = typer.Argument(...), as_json: bool = JSON) -> None
         out.print(f"deleted schedule {schedule_id}")
 
 
-def trigger(schedule_id: str = typer.Argument(...), as_json: bool = JSON) -> None:
+def trigger(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
     """Start one run of the schedule now."""
     handle = _call(_service().trigger, schedule_id)
     if as_json:

@@ -183,8 +183,5 @@ class ScheduleStore:
                              args=[str(tick), str(nxt), run_id or "", f"{time.time():.6f}", skipped, error[:500]])
         return bool(done)
 
-    def run_exists(self, run_id: str) -> bool:
-        return bool(self.r.exists(self.keys.run(run_id)))
-
 
 __all__ = ["ScheduleRecord", "ScheduleStore"]

@@ -36,7 +36,6 @@ from reactq.shared.schedule.times import count_until, iso, next_after
 from reactq.shared.settings import Settings
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
-from reactq.shared.stores.streams import text
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 
 log = logging.getLogger("reactq.scheduler")
@@ -109,7 +108,7 @@ class Firer:
         """``(run id, "")`` when the tick has its run, ``(None, why)`` when it is skipped."""
         key = tick_key(rec.schedule_id, iso(tick))
         run_id = idempotent_id(key)
-        if self.schedules.run_exists(run_id):
+        if self.runs.exists(run_id):
             return run_id, ""  # created before a crash, or by another scheduler
         prev = rec.last_run_id
         action = overlap_action(rec.spec.get("overlap", "skip"), prev is not None and self._active(prev))
@@ -130,8 +129,8 @@ class Firer:
         return rid, ""
 
     def _active(self, run_id: str) -> bool:
-        status = self.r.hget(self.keys.run(run_id), "status")
-        return status is not None and text(status) not in TERMINAL_STATUSES
+        [[status]] = self.runs.fields_of([run_id], "status")
+        return status is not None and status not in TERMINAL_STATUSES
 
     def _cancel(self, run_id: str) -> None:
         """As ``reactq cancel``: the flag, then a nudge so a run waiting on tools ends now."""
