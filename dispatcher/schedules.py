@@ -69,6 +69,11 @@ class Schedules:
     def list(self) -> list[dict[str, Any]]:
         return [self.view(rec) for rec in self.store.all()]
 
+    def page(self, *, limit: int, cursor: str | None) -> dict[str, Any]:
+        """``{schedules: [...], next_cursor}``, oldest first."""
+        recs, nxt = self.store.page(limit=limit, cursor=cursor)
+        return {"schedules": [self.view(rec) for rec in recs], "next_cursor": nxt}
+
     def patch(self, schedule_id: str, patch: SchedulePatch) -> dict[str, Any]:
         """Change fields (the merged schedule is validated again, errors naming the field)."""
         rec = self.record(schedule_id)

@@ -21,6 +21,8 @@ from reactq.shared.schedule.models import MAX_PREVIEW, PREVIEW, ScheduleRequest,
 from reactq.shared.schedule.times import parse_instant
 
 router = APIRouter(tags=["schedules"])
+#: Schedules on one page of ``GET /v1/schedules``.
+MAX_LIST = 500
 
 
 class ScheduleView(BaseModel):
@@ -51,6 +53,7 @@ class ScheduleView(BaseModel):
 
 class ScheduleList(BaseModel):
     schedules: list[ScheduleView]
+    next_cursor: str | None = None
 
 
 class Triggered(BaseModel):
@@ -79,9 +82,13 @@ def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep) -> A
 
 
 @router.get("/v1/schedules", response_model=ScheduleList)
-def list_schedules(request: Request, gw: GatewayDep) -> Any:
-    """Every schedule, oldest first, each with its next fire times."""
-    return {"schedules": _schedules(request, gw).list()}
+def list_schedules(request: Request, gw: GatewayDep, limit: int = Query(100, ge=1, le=MAX_LIST),
+                   cursor: str | None = Query(None, max_length=600)) -> Any:
+    """Schedules, oldest first, each with its next fire times, a page at a time."""
+    try:
+        return _schedules(request, gw).page(limit=limit, cursor=cursor)
+    except RequestError as exc:
+        return field_error(exc.field or "cursor", str(exc), where="query")
 
 
 @router.get("/v1/schedules/{schedule_id}", response_model=ScheduleView)

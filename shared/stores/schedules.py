@@ -14,11 +14,12 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from reactq.shared.stores.idempotency import write_if_absent
+from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.keys import Keys
 from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.schedule.times import Cadence, iso
@@ -119,8 +120,25 @@ class ScheduleStore:
         return _record(schedule_id, self.r.hgetall(self.keys.schedule(schedule_id)))
 
     def all(self) -> list[ScheduleRecord]:
-        """Every schedule, oldest first (ids whose hash is gone are dropped from the listing)."""
-        ids = [text(m) for m in self.r.zrange(self.keys.schedules, 0, -1)]
+        """Every schedule, oldest first."""
+        return self._load([text(m) for m in self.r.zrange(self.keys.schedules, 0, -1)])
+
+    def page(self, *, limit: int, cursor: str | None = None) -> tuple[list[ScheduleRecord], str | None]:
+        """Up to ``limit`` schedules after ``cursor`` (opaque, from a previous page), oldest
+        first, and the next page's cursor (None on the last page)."""
+        after = decode_cursor(cursor) if cursor else None
+        window = self.r.zrangebyscore(self.keys.schedules, after[0] if after else "-inf", "+inf",
+                                      start=0, num=limit + 17, withscores=True)
+        cands = [(text(m), float(sc)) for m, sc in cast(list[tuple[Any, float]], window)]
+        if after is not None:  # ties (one created_at) come in id order
+            cands = [(m, sc) for m, sc in cands if sc > after[0] or m > after[1]]
+        shown = cands[:limit]
+        more = len(cands) > limit or len(window) == limit + 17
+        nxt = encode_cursor(shown[-1][1], shown[-1][0]) if shown and more else None
+        return self._load([m for m, _ in shown]), nxt
+
+    def _load(self, ids: list[str]) -> list[ScheduleRecord]:
+        """The records of ``ids``, in order; ids whose hash is gone leave the listing."""
         pipe = self.r.pipeline(transaction=False)
         for sid in ids:
             pipe.hgetall(self.keys.schedule(sid))

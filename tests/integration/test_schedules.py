@@ -53,7 +53,7 @@ def test_bad_schedules_are_refused_at_the_door_naming_the_field(http: TestClient
         assert field in _loc(resp), (body, resp.json())
     both = http.post("/v1/schedules", json={"cron": "0 2 * * *", "interval_s": 60, "run": run}).json()
     assert "cron" in both["detail"][0]["msg"] and "interval_s" in both["detail"][0]["msg"]
-    assert http.get("/v1/schedules").json() == {"schedules": []}, "nothing was stored"
+    assert http.get("/v1/schedules").json()["schedules"] == [], "nothing was stored"
 
 
 def test_create_read_preview_change_and_delete_over_http(http: TestClient):
@@ -175,3 +175,19 @@ def test_the_cli_manages_schedules_straight_through_redis(site: Site):
     assert json.loads(_cli(site, "delete", "cli-nightly", "--json").stdout)["deleted"] is True
     gone = _cli(site, "show", "cli-nightly")
     assert gone.returncode == 2 and "no schedule" in gone.stderr
+
+
+def test_the_listing_pages_oldest_first(http: TestClient):
+    for n in range(5):
+        assert http.post("/v1/schedules", json={"schedule_id": f"p{n}", "interval_s": 60,
+                                                "run": {"query": "q"}}).status_code == 201
+    seen, cursor = [], None
+    while True:
+        page = http.get("/v1/schedules", params={"limit": 2, **({"cursor": cursor} if cursor else {})}).json()
+        seen += [s["schedule_id"] for s in page["schedules"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == ["p0", "p1", "p2", "p3", "p4"]
+    assert "query.cursor" in _loc(http.get("/v1/schedules", params={"cursor": "not-a-cursor"}))
+    assert "limit" in _loc(http.get("/v1/schedules", params={"limit": 0}))[0]
