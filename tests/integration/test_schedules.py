@@ -191,3 +191,21 @@ def test_the_listing_pages_oldest_first(http: TestClient):
     assert seen == ["p0", "p1", "p2", "p3", "p4"]
     assert "query.cursor" in _loc(http.get("/v1/schedules", params={"cursor": "not-a-cursor"}))
     assert "limit" in _loc(http.get("/v1/schedules", params={"limit": 0}))[0]
+
+
+def test_the_python_client_speaks_to_the_schedule_routes(http: TestClient):
+    import reactq
+
+    client = reactq.Client("http://testserver", http_client=http)
+    made = client.schedules.create(schedule_id="py", cron="30 2 * * *", timezone="America/New_York",
+                                   run={"query": "q"})
+    assert made.schedule_id == "py" and len(made.next_fire_times) == 5
+    preview = client.schedules.get("py", from_="2027-03-13T00:00:00Z", count=2)
+    assert preview.next_fire_times == ["2027-03-13T07:30:00Z", "2027-03-14T07:00:00Z"]
+    assert [s.schedule_id for s in client.schedules.list().schedules] == ["py"]
+    assert client.schedules.update("py", paused=True).model_dump()["paused"] is True
+    run = client.schedules.trigger("py")
+    assert client.runs.get(run.run_id).model_dump()["schedule_id"] == "py"
+    client.schedules.delete("py")
+    with pytest.raises(reactq.NotFound):
+        client.schedules.get("py")
