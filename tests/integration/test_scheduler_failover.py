@@ -16,8 +16,9 @@ from tests.integration.schedule_kit import Scheduler, Site, site, wait_for
 pytestmark = pytest.mark.integration
 __all__ = ["site"]
 
-#: The lock's TTL (3 s) plus one loop interval (1 s) plus the time it takes to notice it.
-TAKEOVER_S = 5.5
+#: The lock's TTL (3 s) plus one loop interval (1 s) is ≈ 4 s; the rest is slack for a
+#: loaded machine (the standby's poll and this test's look at its log).
+TAKEOVER_S = 6.0
 
 
 def _active_and_standby(site: Site) -> tuple[Scheduler, Scheduler]:
@@ -98,7 +99,8 @@ def test_a_seconds_cron_skips_and_counts_ticks_older_than_the_catch_up_window(si
                if iso(t) not in ticks]
     # Exactly the ticks of the outage that were more than 1 s old on takeover are missing.
     assert len(missing) == rec.skipped
-    assert all(killed - 1.5 <= t <= killed + TAKEOVER_S for t in missing), (killed, missing)
+    # (The active one may have been a tick or two behind when it was killed, on a busy machine.)
+    assert all(killed - 3 <= t <= killed + TAKEOVER_S for t in missing), (killed, missing)
 
 
 def test_a_frozen_scheduler_that_lost_its_lock_stands_by_and_fires_nothing_twice(site: Site):

@@ -28,7 +28,10 @@ from functools import cached_property
 from typing import Any
 
 import redis
+from types import SimpleNamespace
+
 from redbeat import RedBeatScheduler
+from redbeat.schedulers import acquire_distributed_beat_lock
 
 from reactq.shared.settings import Settings
 from reactq.workers.scheduler.fire import Firer
@@ -46,6 +49,9 @@ class ScheduleBeat(RedBeatScheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         try:
+            if self.lock is None:  # Redis was unreachable at start: take the lock now
+                acquire_distributed_beat_lock(SimpleNamespace(scheduler=self))
+                return 0.0
             wait = float(super().tick(*args, **kwargs))  # extends the lock first (raises if it was lost)
         except redis.exceptions.LockError:
             self._stand_by()
@@ -61,9 +67,14 @@ class ScheduleBeat(RedBeatScheduler):  # type: ignore[misc]
         return max(0.0, min(wait, until, float(self.max_interval)))
 
     def _stand_by(self) -> None:
-        """The lock was lost: wait, as a standby does, until this one holds it again."""
+        """The lock was lost: wait, as a standby does, until this one holds it again (Redis
+        unreachable meanwhile: the next turn tries again)."""
         log.warning("beat: lost the lock (another scheduler holds it or it expired); standing by")
-        self.lock.acquire()  # blocking; a new token
+        try:
+            self.lock.acquire()  # blocking; a new token
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.warning("Redis unreachable while standing by: %s", exc)
+            return
         log.info("beat: Acquired lock")
 
 
