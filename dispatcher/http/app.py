@@ -17,7 +17,7 @@ import redis
 from fastapi import APIRouter, FastAPI
 
 from reactq.dispatcher import catalog_http, flow_http, runs_index_http, threads_http, ui_http
-from reactq.dispatcher.http import batches, dags, errors, ops, runs
+from reactq.dispatcher.http import batches, dags, errors, openapi, ops, runs
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
@@ -31,6 +31,14 @@ DEFAULT_KEEPALIVE = 15.0
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
                             flow_http.router]
+
+
+DESCRIPTION = (
+    "ReAct agents as durable distributed jobs: runs, their server-sent event streams, DAGs, batches, threads.\n\n"
+    "Every 4xx and 5xx answer is `{\"error\": {\"code\", \"message\", \"field\"?, \"details\"?}}` with a code "
+    "from a closed list; 429 and 503 carry `Retry-After`. Acting on a run, DAG or batch that has ended "
+    "(cancel, interrupt) is a 409 `conflict`. With `REACTQ_API_TOKEN` set, every route but `/healthz` and "
+    "`/readyz` needs `Authorization: Bearer <token>` (use *Authorize* here).")
 
 
 #: The collector's thresholds in the gateway: young generations as Python's defaults, a full
@@ -72,10 +80,11 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
         yield
         await gw.close()
 
-    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan,
-                  description="ReAct agents as durable distributed jobs: runs, their SSE event streams, batches.")
+    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan, description=DESCRIPTION,
+                  responses=errors.responses(*errors.COMMON_ERRORS))
     app.state.gateway = gw
     errors.install(app)
+    openapi.install(app)
     for router in ROUTERS:
         app.include_router(router)
     # Added innermost first: auth refuses before a large body is read at all, and only a

@@ -1,0 +1,1 @@
+"""Every module that talks to Redis."""
