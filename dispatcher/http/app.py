@@ -7,6 +7,7 @@ each takes the one dependency ``GatewayDep``. A new router is included with one 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -22,6 +23,7 @@ from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
 from reactq.shared.errors import ConfigError
+from reactq.shared.redisconn import check_cluster_mode
 from reactq.shared.settings import Settings
 
 log = logging.getLogger("reactq.http")
@@ -62,6 +64,15 @@ def _freeze_startup_objects() -> None:
         gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def _refuse_a_cluster_node(gw: Gateway) -> None:
+    """A Redis Cluster node without ``REACTQ_REDIS_CLUSTER=true``: the gateway does not start
+    (``ConfigError`` naming the setting) instead of answering 500s on ``MOVED``."""
+    try:
+        await asyncio.to_thread(check_cluster_mode, gw.dispatcher.redis, gw.settings)
+    except (redis.RedisError, OSError):
+        pass  # Redis down: the gateway starts and /readyz says so
+
+
 def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:
     """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` or 15 s."""
     settings = settings or Settings()
@@ -71,6 +82,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await _refuse_a_cluster_node(gw)
         try:
             await gw.resume_batches()
         except (redis.RedisError, redis.exceptions.RedisClusterException, OSError, ConfigError) as exc:

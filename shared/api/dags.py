@@ -115,8 +115,8 @@ class BatchInvalidLine(ApiModel):
 
     line: int
     """1-based line (or request) number."""
-    id: str | None = None
-    """The line's own ``id``, if it gave one."""
+    id: str | int | None = None
+    """The line's own ``id``, if it gave one (a string or a number, as sent)."""
     error: str | None = None
     """Why it was refused."""
 
