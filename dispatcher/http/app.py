@@ -92,7 +92,8 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
         yield
         await gw.close()
 
-    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan, description=DESCRIPTION,
+    # redirect_slashes off: ``/v1/runs/`` is a 404 in the one error shape, not a redirect.
+    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan, description=DESCRIPTION, redirect_slashes=False,
                   responses=errors.responses(*errors.COMMON_ERRORS))
     app.state.gateway = gw
     errors.install(app)

@@ -37,6 +37,17 @@ def _add_security(schema: dict[str, Any]) -> None:
                 op["security"] = [] if path in OPEN_OPERATIONS else [{"bearer": []}]
 
 
+def _add_body_errors(schema: dict[str, Any]) -> None:
+    """Any POST may meet the body limit (413) and the media-type check (415): the middleware
+    answers them before a route runs, so every POST declares them."""
+    ref = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    for ops in schema.get("paths", {}).values():
+        post = ops.get("post")
+        if isinstance(post, dict):
+            post["responses"].setdefault("413", {"description": "`payload_too_large`", "content": ref})
+            post["responses"].setdefault("415", {"description": "`unsupported_media_type`", "content": ref})
+
+
 def install(app: FastAPI) -> None:
     """Make ``app.openapi()`` answer the completed description (built once)."""
 
@@ -46,6 +57,7 @@ def install(app: FastAPI) -> None:
                                  routes=app.routes)
             _add_event_schemas(schema)
             _add_security(schema)
+            _add_body_errors(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -39,6 +39,8 @@ def test_readyz_is_ready_without_workers_and_reports_them(backend: Backend, llm:
 
 def _cluster_node(tmp_path: Path) -> tuple[str, subprocess.Popen[bytes]]:
     port = free_port()
+    while port > 55_000:  # its cluster bus listens on port + 10000
+        port = free_port()
     proc = start_server(port, tmp_path / "node", extra_args=(
         "--cluster-enabled", "yes", "--cluster-config-file", str(tmp_path / "node" / "nodes.conf")))
     return f"redis://127.0.0.1:{port}/0", proc
