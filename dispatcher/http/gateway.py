@@ -26,6 +26,7 @@ from reactq.dispatcher.batch.store import BatchStore, drive_stored_batch, holder
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.dispatcher.http.hub import StreamHub
+from reactq.shared.api.runs import InterruptIn
 from reactq.shared.inputs import ID_PATTERN
 from reactq.shared.requests import THREAD_ID_PATTERN
 from reactq.shared.redisconn import _state_url, async_client, connection_options
@@ -160,6 +161,11 @@ async def get_gateway(request: Request) -> Gateway:
 
 
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+
+
+#: The body of ``POST /v1/runs/{id}/interrupts`` and ``POST /v1/dags/{id}/interrupts``.
+__all__ = ["Gateway", "GatewayDep", "IdPath", "IdQuery", "InterruptIn", "ThreadIdPath", "ThreadIdQuery",
+           "get_gateway"]
 
 
 # -- what the routers' signatures share ---------------------------------------------------------

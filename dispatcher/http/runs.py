@@ -17,6 +17,7 @@ from reactq.dispatcher import threads_http
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply, responses
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, LastEventId
 from reactq.dispatcher.http.sse import SSE_RESPONSE, events_response
+from reactq.dispatcher.threads import ThreadBusy
 from reactq.shared.api.runs import (
     InterruptAccepted,
     InterruptIn,
@@ -42,7 +43,7 @@ def create_run(req: RunRequest, gw: GatewayDep) -> Any:
     a 409, the others queue a new run."""
     try:
         handle = gw.dispatcher.submit(req)
-    except threads_http.ThreadBusy as exc:
+    except ThreadBusy as exc:
         return threads_http.busy_reply(exc)
     except RequestError as exc:
         return field_error(exc.field, str(exc))

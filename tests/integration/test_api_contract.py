@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -188,11 +189,7 @@ BAD_THREAD_IDS = ("a b", "x" * 201, "a{b}")
 
 
 def _path(template: str, value: str) -> str:
-    out = template
-    while "{" in out:
-        start = out.index("{")
-        out = out[:start] + value + out[out.index("}", start) + 1:]
-    return out
+    return re.sub(r"\{[a-z_]+\}", lambda _: value, template)
 
 
 def assert_error_shape(res: httpx.Response, spec: dict[str, Any], method: str, template: str) -> None:
