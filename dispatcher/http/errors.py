@@ -85,6 +85,7 @@ def _error_model(description: str) -> dict[str, Any]:
 #: Error answers of the OpenAPI description, by status.
 ERROR_RESPONSES: dict[int, dict[str, Any]] = {
     401: _error_model("`unauthorized`: the bearer token is missing or wrong (when the API needs one)"),
+    403: _error_model("`forbidden`: the key does not allow this (its message names the scope it lacks)"),
     404: _error_model("`not_found`: no such object (or it expired)"),
     409: _error_model("`conflict`: the object has ended or is busy, so it cannot take this"),
     413: _error_model("`payload_too_large`: the body is over `REACTQ_MAX_BODY_BYTES`"),
@@ -95,7 +96,7 @@ ERROR_RESPONSES: dict[int, dict[str, Any]] = {
     503: _error_model("`unavailable`: Redis or the broker cannot be reached; see `Retry-After`"),
 }
 #: What any route may answer (the app adds these to every operation).
-COMMON_ERRORS = (401, 422, 500, 503)
+COMMON_ERRORS = (401, 403, 422, 500, 503)
 
 
 def responses(*statuses: int) -> dict[int | str, dict[str, Any]]:

@@ -33,19 +33,29 @@ def _add_security(schema: dict[str, Any]) -> None:
         "description": "`REACTQ_API_TOKEN` or an API key; needed only when the gateway has a token set."}}
     for path, ops in schema.get("paths", {}).items():
         for op in ops.values():
-            if isinstance(op, dict):
-                op["security"] = [] if path in OPEN_OPERATIONS else [{"bearer": []}]
+            if not isinstance(op, dict):
+                continue
+            op["security"] = [] if path in OPEN_OPERATIONS else [{"bearer": []}]
+            if path in OPEN_OPERATIONS:  # no token asked, so none refused
+                for status in ("401", "403"):
+                    op.get("responses", {}).pop(status, None)
 
 
-def _add_body_errors(schema: dict[str, Any]) -> None:
-    """Any POST may meet the body limit (413) and the media-type check (415): the middleware
-    answers them before a route runs, so every POST declares them."""
+def _add_implied_errors(schema: dict[str, Any]) -> None:
+    """Errors every operation of a kind may answer, declared whether or not its route says so:
+    any POST may meet the body limit (413) and the media-type check (415) — the middleware
+    answers them before a route runs — and any id in a path may name nothing (404)."""
     ref = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
-    for ops in schema.get("paths", {}).values():
-        post = ops.get("post")
-        if isinstance(post, dict):
-            post["responses"].setdefault("413", {"description": "`payload_too_large`", "content": ref})
-            post["responses"].setdefault("415", {"description": "`unsupported_media_type`", "content": ref})
+    for path, ops in schema.get("paths", {}).items():
+        for method, op in ops.items():
+            if not isinstance(op, dict):
+                continue
+            responses = op.setdefault("responses", {})
+            if method == "post":
+                responses.setdefault("413", {"description": "`payload_too_large`", "content": ref})
+                responses.setdefault("415", {"description": "`unsupported_media_type`", "content": ref})
+            if "{" in path:
+                responses.setdefault("404", {"description": "`not_found`", "content": ref})
 
 
 def install(app: FastAPI) -> None:
@@ -57,7 +67,7 @@ def install(app: FastAPI) -> None:
                                  routes=app.routes)
             _add_event_schemas(schema)
             _add_security(schema)
-            _add_body_errors(schema)
+            _add_implied_errors(schema)
             app.openapi_schema = schema
         return app.openapi_schema
 

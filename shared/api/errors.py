@@ -104,8 +104,18 @@ def error_body(status: int, message: str, *, field: str | None = None,
     if field:
         info["field"] = clip(field, INPUT_CHARS)
     if details:
-        info["details"] = details[:MAX_DETAILS]
+        info["details"] = [_clipped(d) for d in details[:MAX_DETAILS]]
     return {"error": info}
+
+
+def _clipped(detail: dict[str, Any]) -> dict[str, Any]:
+    """A detail whose message and input are cut short (whoever built it)."""
+    out = dict(detail)
+    if isinstance(out.get("message"), str):
+        out["message"] = clip(out["message"])
+    if "input" in out:
+        out["input"] = short_input(out["input"])
+    return out
 
 
 def short_input(value: Any) -> Any:
