@@ -26,7 +26,7 @@ from reactq.dispatcher.http.sse import SSE_RESPONSE, events_response
 from reactq.shared.api.dags import DagCancelling, DagCreated, DagPage, DagStatus, DagStatusName
 from reactq.shared.api.runs import InterruptAccepted, InterruptIn
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
-from reactq.shared.dag.store import DagNotFound, public_view
+from reactq.shared.stores.dags import DagNotFound, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.listing import dag_index, dag_row

@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import Field, ValidationError
 
-from reactq.dispatcher import threads_http
+from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply, responses
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, LastEventId
 from reactq.dispatcher.http.sse import SSE_RESPONSE, events_response

@@ -24,7 +24,7 @@ import redis
 
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
-from reactq.shared.runs_index import MAX_LIMIT, MAX_SCANNED, decode_cursor, encode_cursor
+from reactq.shared.stores.runs_index import MAX_LIMIT, MAX_SCANNED, decode_cursor, encode_cursor
 
 __all__ = ["BATCH_FIELDS", "DAG_FIELDS", "ObjectIndex", "batch_index", "batch_row", "dag_index", "dag_row"]
 
