@@ -34,3 +34,12 @@ def test_no_error_echoes_more_than_a_few_hundred_characters() -> None:
     assert len(str(body)) < 1000
     body = validation_body([{"type": "string_too_long", "loc": ("body", "query"), "msg": huge, "input": huge}] * 50)
     assert len(body["error"]["details"]) == 20 and len(str(body)) < 20 * 600
+
+
+def test_the_api_models_import_without_a_web_framework() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, reactq.shared.api; "
+            "assert not {'fastapi', 'starlette', 'sse_starlette'} & set(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
