@@ -68,6 +68,7 @@ def _fuzz(operation: Any, base_url: str, tally: Tally) -> None:
         tally.failures.append(f"{operation.label}: {str(exc)[:1500]}")
 
 
+@pytest.mark.timeout(900)  # ≈ 1,000 requests, some of them queueing real runs
 def test_every_operation_passes_the_stateless_checks(gateway: Gateway) -> None:
     schema = schemathesis.openapi.from_url(f"{gateway.url}/openapi.json")
     tally = Tally()
