@@ -10,48 +10,28 @@ an unknown run or approval, 422 naming a bad field.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, ConfigDict, Field
 
-from reactq.dispatcher.approvals import MAX_MESSAGE, decide
-from reactq.dispatcher.http.errors import conflict, field_error
+from reactq.dispatcher.approvals import decide
+from reactq.dispatcher.http.errors import conflict, field_error, responses
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
+from reactq.shared.api.approvals import ApprovalPage, Decided, DecisionIn, RunApprovals
 from reactq.shared.errors import ApprovalConflict, RequestError
 from reactq.shared.stores.approvals import MAX_LIMIT
 
 router = APIRouter(tags=["approvals"])
 
 
-class DecisionIn(BaseModel):
-    """A person's decision on one pending approval."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    decision: Literal["approve", "reject", "edit", "respond"]
-    args_digest: str = Field(..., pattern=r"^[0-9a-f]{64}$")
-    """The ``args_digest`` of the request the decider saw (hex SHA-256)."""
-    args: dict[str, Any] | None = None
-    """``edit``: the arguments to run the call with."""
-    message: str | None = Field(None, max_length=MAX_MESSAGE)
-    """``reject``: shown to the model; ``respond``: the call's answer."""
-    by: str | None = Field(None, max_length=200)
-    """Who decided (kept with the approval)."""
-
-
-class DecisionOut(BaseModel):
-    approval_id: str
-    status: str
-
-
-@router.get("/v1/runs/{run_id}/approvals")
+@router.get("/v1/runs/{run_id}/approvals", response_model=RunApprovals, responses=responses(404))
 def run_approvals(run_id: IdPath, gw: GatewayDep) -> Any:
     """The run's approvals, every status, oldest first."""
     return {"approvals": gw.dispatcher.handle(run_id).approvals()}
 
 
-@router.post("/v1/runs/{run_id}/approvals/{approval_id}", response_model=DecisionOut)
+@router.post("/v1/runs/{run_id}/approvals/{approval_id}", response_model=Decided,
+             responses=responses(404, 409))
 def decide_approval(run_id: IdPath, approval_id: IdPath, body: DecisionIn, gw: GatewayDep) -> Any:
     """Approve, edit, reject or respond; once, for the arguments the decider saw."""
     gw.dispatcher.handle(run_id)  # 404 for an unknown run
@@ -64,7 +44,7 @@ def decide_approval(run_id: IdPath, approval_id: IdPath, body: DecisionIn, gw: G
         return field_error(exc.field, str(exc))
 
 
-@router.get("/v1/approvals")
+@router.get("/v1/approvals", response_model=ApprovalPage)
 def approvals_inbox(gw: GatewayDep, status: str = Query("pending"),
                     limit: int = Query(50, ge=1, le=MAX_LIMIT),
                     cursor: str | None = Query(None, max_length=600)) -> Any:

@@ -153,6 +153,8 @@ class BatchStatus(ApiModel):
     """Lines refused at the door."""
     running: int
     """Runs in flight."""
+    waiting: int = 0
+    """Of those, runs that wait for a person's decision on a tool call."""
     queued: int
     """Lines not started yet."""
     tokens: int
