@@ -12,16 +12,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Body, Query
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 
 from reactq.dispatcher.approvals import decide
-from reactq.dispatcher.http.errors import conflict, field_error, responses
+from reactq.dispatcher.http.errors import conflict, field_error, not_found, responses
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
 from reactq.shared.api.approvals import ApprovalPage, Decided, DecisionIn, RunApprovals
 from reactq.shared.errors import ApprovalConflict, RequestError
 from reactq.shared.stores.approvals import MAX_LIMIT
 
 router = APIRouter(tags=["approvals"])
+
+#: The decision's body as ``/openapi.json`` shows it (validated in the route, after the 404s).
+DECISION_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": DecisionIn.model_json_schema()}}}}
 
 
 @router.get("/v1/runs/{run_id}/approvals", response_model=RunApprovals, responses=responses(404))
@@ -31,13 +37,21 @@ def run_approvals(run_id: IdPath, gw: GatewayDep) -> Any:
 
 
 @router.post("/v1/runs/{run_id}/approvals/{approval_id}", response_model=Decided,
-             responses=responses(404, 409))
-def decide_approval(run_id: IdPath, approval_id: IdPath, body: DecisionIn, gw: GatewayDep) -> Any:
-    """Approve, edit, reject or respond; once, for the arguments the decider saw."""
-    gw.dispatcher.handle(run_id)  # 404 for an unknown run
+             responses=responses(404, 409), openapi_extra=DECISION_BODY)
+def decide_approval(run_id: IdPath, approval_id: IdPath, gw: GatewayDep,
+                    body: dict[str, Any] = Body(...)) -> Any:
+    """Approve, edit, reject or respond; once, for the arguments the decider saw. An unknown
+    run or approval is a 404 whatever the body says."""
+    handle = gw.dispatcher.handle(run_id)  # 404 for an unknown run
+    if gw.dispatcher.approvals.get(run_id, approval_id) is None:
+        return not_found(f"run {run_id} has no approval {approval_id}")
     try:
-        return decide(gw.dispatcher, run_id, approval_id, body.decision, args_digest=body.args_digest,
-                      args=body.args, message=body.message, by=body.by)
+        req = DecisionIn.model_validate(body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from exc
+    try:
+        return decide(handle.d, run_id, approval_id, req.decision, args_digest=req.args_digest,
+                      args=req.args, message=req.message, by=req.by)
     except ApprovalConflict as exc:
         return conflict(str(exc))
     except RequestError as exc:
