@@ -413,3 +413,21 @@ def test_a_batch_counts_its_waiting_lines_and_ends_once_they_are_decided(workers
     done = _wait(lambda: (v := http.get(f"/v1/batches/{batch_id}").json())["status"] == "done" and v,
                  "the batch done", timeout=60)
     assert done["succeeded"] == 2 and done["waiting"] == 0 and len(_runs_of(r, tag)) == 1
+
+
+def test_the_http_client_lists_and_decides(workers: Any, dispatcher: Dispatcher, llm: LLMFixture,
+                                           http: Any, r: redis.Redis) -> None:
+    import reactq
+
+    client = reactq.Client("http://testserver", http_client=http)
+    tag = f"client-{uuid.uuid4().hex[:6]}"
+    h = _transfer_run(llm, dispatcher, tag)
+    _requested(h)
+    pending = client.runs.approvals(h.run_id)[0]
+    assert pending.tool_name == "transfer" and pending.status == "pending"
+    assert pending.approval_id in [a.approval_id for a in client.approvals.list(status="pending", limit=500).approvals]
+    decided = client.approvals.decide(h.run_id, pending.approval_id, "approve", args_digest=pending.args_digest)
+    assert decided.status == "approved"
+    events = list(client.runs.stream(h.run_id))
+    assert [e.data["status"] for e in events if e.event == "approval"] == ["requested", "approved"]
+    assert events[-1].event == "done" and len(_runs_of(r, tag)) == 1
