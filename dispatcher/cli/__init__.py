@@ -47,6 +47,20 @@ def dag(ctx: typer.Context) -> None:
     typer.main.get_command(sub).main(args=ctx.args, prog_name="reactq dag")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"reactq {version('reactq')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                        help="Print the installed version and exit.")) -> None:
+    """ReAct agents as durable, distributed jobs on Celery and Redis."""
+
+
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # args go on as they are
 
 # Registered in the order `reactq --help` lists them.
