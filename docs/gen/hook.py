@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 def on_files(files: Any, config: Any) -> Any:
+    # mkdocs restores sys.path after loading a hook: the repository root goes on it here.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     from mkdocs.structure.files import File
 
     from docs.gen.pages import generate
