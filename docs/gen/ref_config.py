@@ -56,10 +56,14 @@ class Row:
 
 def settings_classes() -> list[type[BaseSettings]]:
     """Every pydantic-settings class defined in reactq (imports every module to find them)."""
-    import reactq
-
-    for info in pkgutil.walk_packages(reactq.__path__, "reactq."):
-        importlib.import_module(info.name)
+    # The entry points first: some modules are only importable after the one that uses them.
+    for entry in ("reactq", "reactq.dispatcher.http.app", "reactq.dispatcher.cli", "reactq.workers.app"):
+        importlib.import_module(entry)
+    for sub in SHIPPED[1:]:  # reactq.shared, … live in their own folders (see setup.py)
+        package = importlib.import_module(f"reactq.{sub}")
+        for info in pkgutil.walk_packages(package.__path__, f"reactq.{sub}."):
+            if not info.name.endswith(".__main__"):  # running a command is not defining a class
+                importlib.import_module(info.name)
     found: list[type[BaseSettings]] = []
     todo = list(BaseSettings.__subclasses__())
     while todo:
