@@ -37,7 +37,7 @@ test-integration: install
 test-mcp: install
 	$(BIN)/python -m pytest -q -m mcp tests/integration
 
-# Flow control (issue 13): several worker clusters against an enforcing server, ≈ 5 minutes.
+# Flow control: several worker clusters against an enforcing server, ≈ 5 minutes.
 test-flow: install
 	$(BIN)/python -m pytest -q -m flow tests/integration
 
@@ -60,7 +60,7 @@ faults: install
 bench: install
 	$(BIN)/python -m bench
 
-# Scale-out tiers (tests/scale, README "Scale-out"): each runs the `core` integration scenarios
+# Scale-out tiers (tests/scale, docs/operations/scaling.md): each runs the `core` integration scenarios
 # on its back end plus its own tests; tests/scale is skipped by `make test` unless selected.
 test-rabbitmq: install
 	REACTQ_TEST_BACKEND=rabbitmq $(BIN)/python -m pytest -q -m "core or rabbitmq" tests/integration tests/scale

@@ -11,7 +11,7 @@ What it does, on embedded defaults:
    The server is the one ``reactq run`` shares (``reactq.dispatcher.localmodel``); its model
    registry (``.reactq/local-models.toml``) says temperature 0, JSON mode with the action's
    schema as the server's grammar, one tool turn, no answer synthesis (measured, see
-   ``localmodel``). The model is tiny: the README's "First run" section gives how often it
+   ``localmodel``). The model is tiny: the local-model guide gives how often it
    answers the sample questions right.
 3. Worker processes (``reactq.dispatcher.local.ensure_workers``) and, when installed, Flower.
 4. The batch: every question of ``dispatcher/samples/questions.jsonl`` is submitted through

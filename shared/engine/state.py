@@ -22,7 +22,7 @@ TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
 
 
 class StepRecord(BaseModel):
-    """One executed, failed or blocked tool call, or the accepted final answer (S14)."""
+    """One executed, failed or blocked tool call, or the accepted final answer."""
 
     type: Literal["tool_call", "final_answer"]
     iteration: int

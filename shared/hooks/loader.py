@@ -10,9 +10,9 @@
   e.g. ``reactq.shared.hooks.builtins:read_only_mode``).
 
 Every problem is a :class:`~reactq.shared.errors.ConfigError` naming the entry and the reason.
-Hooks are loaded in the worker (DESIGN invariant 4): the gateway never imports them.
+Hooks are loaded in the worker: the gateway never imports them.
 
-:func:`default_hooks` is what workers use: fresh instances of the S36f built-ins
+:func:`default_hooks` is what workers use: fresh instances of the built-in hooks
 (``result_truncator``, ``rate_limiter``, ``connector_call_logger``; see
 :mod:`reactq.shared.hooks.builtins`) followed by the loaded hooks. Pass ``builtins=False`` to
 leave the built-ins out.
@@ -44,7 +44,7 @@ def load_hooks(
 
 
 def default_hooks(settings: Settings, *, builtins: bool = True) -> HookRegistry:
-    """The S36f built-ins (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
+    """The built-in hooks (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
     registry = HookRegistry(builtin_hooks() if builtins else ())
     for hook in load_hooks(settings.hooks):
         registry.register(hook)

@@ -105,7 +105,7 @@ class ModelEntry(BaseModel):
     # as llama.cpp's repeat_penalty. The request's own fields win.
     extra_body: dict[str, Any] = Field(default_factory=dict)
     """Fields added to every chat request as they are (e.g. llama.cpp's ``repeat_penalty``); the request's own fields win."""
-    # For small models (the bundled SmolLM2, README "First run"): after this many turns with
+    # For small models (the bundled SmolLM2, see the local-model guide): after this many turns with
     # tool calls the model may only answer (JSON schema / tool_choice "none"), and without
     # answer synthesis the loop's answer is the run's answer.
     max_tool_turns: int | None = Field(None, ge=1)
@@ -146,7 +146,7 @@ class ModelSpec(BaseModel):
 
 
 class ModelRegistry:
-    """Named LLMs with roles, in registration order (SPEC S95)."""
+    """Named LLMs with roles, in registration order."""
 
     def __init__(self) -> None:
         self._models: dict[str, LLM] = {}
@@ -188,7 +188,7 @@ class ModelRegistry:
 
     def resolve(self, hint: str | None) -> LLM:
         """The model for a role hint (``None`` ⇒ ``general``), falling back to the default
-        when no model has that role (SPEC S97). Empty registry ⇒ ``RuntimeError``."""
+        when no model has that role. Empty registry ⇒ ``RuntimeError``."""
         try:
             return self.get_by_role(hint or "general")
         except KeyError:
