@@ -151,6 +151,8 @@ class Settings(BaseSettings):
     """A step whose worker died this many times is failed instead of sent again (a poison pill)."""
     visibility_timeout: int = Field(3600, ge=10)
     """The Redis broker's visibility timeout (seconds): an unacknowledged task is redelivered after it. Recovery does not wait for it."""
+    worker_alive_file: Path | None = None
+    """A worker touches this file when ready and every heartbeat (2 s): a liveness probe checks it is recent."""
     api_token: SecretStr | None = None
     """Bearer token the HTTP gateway requires on every route but ``/healthz`` and ``/readyz``. Unset: the gateway is open."""
     max_body_bytes: int = Field(1_000_000, ge=1024)

@@ -24,5 +24,6 @@ from reactq.shared.wire import celery_config
 
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 
-app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel"])
+app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel",
+                                  "reactq.workers.alive"])
 app.conf.update(celery_config(Settings()))
