@@ -9,7 +9,7 @@ What it does, on embedded defaults:
    loopback port. The ``local`` extra is installed on first use (llama-cpp-python builds
    from source, ≈ 7 min on 2 cores, with progress; pip caches the wheel, so only once).
    The server is the one ``reactq run`` shares (``reactq.dispatcher.localmodel``); its model
-   registry (``.reactq/local-models.toml``) says temperature 0, JSON mode with the action's
+   registry (``<data dir>/local-models.toml``) says temperature 0, JSON mode with the action's
    schema as the server's grammar, one tool turn, no answer synthesis (measured, see
    ``localmodel``). The model is tiny: the local-model guide gives how often it
    answers the sample questions right.
@@ -192,13 +192,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from reactq.dispatcher.client import Dispatcher
     from reactq.dispatcher.local import ensure_workers, stop_workers
-    from reactq.shared.redisconn import redis_url
+    from reactq.shared.redisconn import with_embedded
 
     started: list[subprocess.Popen[bytes]] = []
     workers_started = False
     try:
-        redis = redis_url(settings)
-        say(f"Redis: {redis}" + ("" if settings.redis_url else f"  (embedded Valkey, data in {settings.data_dir}/)"))
+        embedded = not settings.redis_url
+        settings = with_embedded(settings)
+        redis = str(settings.redis_url)
+        say(f"Redis: {redis}" + (f"  (embedded Valkey, data in {settings.data_dir}/)" if embedded else ""))
         model = choose_model(settings)
         if not model:
             if local_model_missing():

@@ -22,6 +22,12 @@ from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+def user_data_dir() -> Path:
+    """The per-user data folder (XDG): ``$XDG_DATA_HOME/reactq``, else ``~/.local/share/reactq``."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "reactq"
+
+
 def renamed(new: str, *old: str) -> AliasChoices:
     """The environment names of a renamed setting: ``new`` first, then the deprecated ones."""
     return AliasChoices(new, *old)
@@ -137,8 +143,9 @@ class Settings(BaseSettings):
     """Deadline (seconds) of a tool call whose tool sets no ``timeout``."""
     demo_tools: bool = False
     """Register the demo tools ``echo``, ``add`` and ``sleep``."""
-    data_dir: Path = Path(".reactq")
-    """Where the CLI's local conveniences keep the embedded Valkey's data and the local model."""
+    data_dir: Path = Field(default_factory=lambda: user_data_dir())
+    """Where the CLI's local conveniences keep the embedded Valkey's data, local workers' logs and
+    the local model: per user, ``$XDG_DATA_HOME/reactq`` (``~/.local/share/reactq``) by default."""
     run_ttl_seconds: int = Field(24 * 3600, ge=1)
     """How long a finished run (its record, events and result) is kept in Redis."""
     events_maxlen: int = Field(10_000, ge=100)

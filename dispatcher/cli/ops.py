@@ -10,7 +10,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, out, settings, with_model
+from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, local, out, settings, with_model
 from reactq.shared.errors import ConfigError
 
 
@@ -24,14 +24,11 @@ def serve(
     """The HTTP + SSE gateway (uvicorn)."""
     import uvicorn
 
-    s = with_model(settings())
+    # Nothing configured: the embedded server, resolved once here (and exported), so the app
+    # and its threads share it.
+    s = local(with_model(settings()))
     if start_workers:
         ensure_local_workers(s, dispatcher(s))
-    if not s.redis_url:
-        # Resolve the embedded server once, here, so the app and its threads share it.
-        from reactq.shared.redisconn import redis_url
-
-        os.environ["REACTQ_REDIS_URL"] = redis_url(s)
     from reactq.dispatcher.viewer import viewer_url
 
     typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
@@ -48,11 +45,9 @@ def worker(
     """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
     # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
     from reactq.dispatcher.local import worker_command
-    from reactq.shared.redisconn import redis_url
 
-    s = with_model(settings())
-    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
-    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    local(with_model(settings()))  # the embedded server (exported) when nothing is configured
+    env = dict(os.environ)  # carries REACTQ_MODELS and REACTQ_REDIS_URL
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
     os.execve(cmd[0], cmd, env)
