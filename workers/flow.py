@@ -37,7 +37,6 @@ from reactq.shared.flow.limiter import Denied, FlowLimiter, Ticket
 from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
 from reactq.shared.due import run_member
-from reactq.shared.redisconn import broker_url
 from reactq.shared.roundtrip import Op, checked, defer, execute, failed, take
 from reactq.shared.settings import Settings
 from reactq.shared.wire import message_priorities
@@ -47,7 +46,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PRIORITY = message_priorities(broker_url(Settings()))
+# Only the broker's kind matters here (RabbitMQ or Redis): no connection is made at import.
+PRIORITY = message_priorities(Settings().broker_url or "")
 SPENT_FIELD = "tokens_spent"
 
 _message_priority: contextvars.ContextVar[int | None] = contextvars.ContextVar(

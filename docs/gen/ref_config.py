@@ -28,6 +28,7 @@ OTHER: dict[str, tuple[str, str, str]] = {
     "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": (
         "bool", "false", "Put prompts and completions on the traces' spans."),
     "OPENAI_API_KEY": ("str", "unset", "Also scrubbed from every error message and event."),
+    "XDG_DATA_HOME": ("str", "~/.local/share", "The per-user data folder; `REACTQ_DATA_DIR` defaults to `reactq` in it."),
     "REACTQ_FAULT_POINTS": ("str", "unset", "Testing only: comma-separated fault points (`point` or `point:task`: "
                             "`before_lease`, `in_lease`, `after_commit`) where a worker stops, raises or dies."),
     "REACTQ_FAULT_FILE": ("str", "unset", "Testing only: created by the first process that reaches a point; each "
