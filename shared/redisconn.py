@@ -109,13 +109,11 @@ def redis_url(settings: Settings) -> str:
 
 def with_embedded(settings: Settings) -> Settings:
     """``settings`` with a Redis URL: the configured one, else the embedded server's (started
-    if needed, under ``data_dir``), exported as ``REACTQ_REDIS_URL`` for child processes. For
-    the CLI's local conveniences only."""
+    if needed, under ``data_dir``). For the CLI's local conveniences only; child processes get
+    the URL through ``child_env``."""
     if settings.redis_url:
         return settings
-    url = ensure_embedded(settings.data_dir)
-    os.environ["REACTQ_REDIS_URL"] = url
-    return settings.model_copy(update={"redis_url": url})
+    return settings.model_copy(update={"redis_url": ensure_embedded(settings.data_dir)})
 
 
 def ensure_embedded(data_dir: Path) -> str:

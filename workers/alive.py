@@ -26,11 +26,9 @@ def touch() -> None:
         _path.touch()
 
 
-@signals.worker_ready.connect
-def _ready(**_: Any) -> None:
+def _touch(**_: Any) -> None:
     touch()
 
 
-@signals.heartbeat_sent.connect
-def _beat(**_: Any) -> None:
-    touch()
+signals.worker_ready.connect(_touch, weak=False)
+signals.heartbeat_sent.connect(_touch, weak=False)

@@ -11,7 +11,7 @@
   (``reactq:due``, in the same Lua script), each running task holds a short lease in Redis
   (``REACTQ_LEASE_SECONDS``, 3 s, heartbeat every second), and every worker's watchdog
   re-sends what is due and neither started within the bound nor held by a live lease (see
-  ``workers/due.py``).
+  ``workers/recovery/watchdog.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from reactq.shared.wire import celery_config
 
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 
-app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel",
+app = Celery("reactq", include=["reactq.workers.runs.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel",
                                   "reactq.workers.alive"])
 _settings = Settings()
 if _settings.redis_url or _settings.broker_url:
@@ -33,7 +33,8 @@ if _settings.redis_url or _settings.broker_url:
 else:
     # Importing the app starts nothing; a worker started with nothing configured says what to set
     # (``reactq worker`` starts the embedded Valkey first and exports its URL).
-    @signals.celeryd_init.connect
     def _unconfigured(**_: object) -> None:
         raise ConfigError("REACTQ_REDIS_URL is not set: point it at the Redis the gateway uses, "
                           "or start the worker with `reactq worker`, which starts an embedded Valkey")
+
+    signals.celeryd_init.connect(_unconfigured, weak=False)

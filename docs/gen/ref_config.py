@@ -41,8 +41,8 @@ OTHER: dict[str, tuple[str, str, str]] = {
 
 #: Reads whose variable name comes from configuration, documented where that configuration is.
 DYNAMIC = {
-    "shared/llm/registry.py": "a registry entry's `api_key_env` (see the model-registry reference)",
-    "shared/tools/mcp/config.py": "an MCP server's `headers_from_env` (see the tools guide)",
+    "shared/settings.py": "`env_value`: a registry entry's `api_key_env` (see the model-registry reference) and "
+                          "an MCP server's `headers_from_env` (see the tools guide) name the variable to read",
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reactq.dispatcher.demo import prerequisites
+from reactq.dispatcher.local.demo import prerequisites
 
 
 def _which(*present: str):
