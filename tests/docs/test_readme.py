@@ -46,3 +46,26 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
     assert relative
     missing = [link for link in relative if not (ROOT / link).exists()]
     assert not missing
+
+
+SHIPPED = ["shared", "workers", "dispatcher", "reactq", "deploy"]
+SHIPPED_FILES = ["Makefile", "pyproject.toml", "setup.py", "Procfile", ".ci/run", "mkdocs.yml"]
+CODE_INTERNAL = re.compile(r"DESIGN(\.md)?\b|SPEC(\.md)?\b|\bseed/|\bseed's\b|(?<!noqa: )\bS\d{1,3}[a-z]?\b|"
+                           r"\b[Ii]ssue \d+|§|README \"")
+
+
+def _shipped() -> list[Path]:
+    files = [ROOT / f for f in SHIPPED_FILES]
+    for top in SHIPPED:
+        files += [p for p in (ROOT / top).rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                  and p.suffix in (".py", ".js", ".html", ".css", ".md", ".yaml", ".yml", ".toml", ".jsonl", "")]
+    return files
+
+
+def test_shipped_files_name_no_design_documents_spec_numbers_or_issues() -> None:
+    found = []
+    for path in _shipped():
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if CODE_INTERNAL.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found[:30])
