@@ -192,6 +192,13 @@ class Settings(BaseSettings):
     """Seconds between keep-alive comments on an idle event stream (SSE)."""
     flower_url: str | None = None
     """Where the run viewer links to Flower (none: no link)."""
+    # Schedules (``reactq scheduler``): a tick missed while no scheduler ran fires once when
+    # one returns if it is at most this old, else it is skipped and counted.
+    schedule_catchup_s: float = Field(300.0, ge=0)
+    scheduler_lock_timeout_s: float = Field(3.0, gt=0)
+    """celery-redbeat's lock TTL: a standby takes over within about this plus the loop interval."""
+    scheduler_loop_s: float = Field(1.0, gt=0, le=60)
+    """The beat's longest sleep (``beat_max_loop_interval``); also how often a standby tries the lock."""
 
     @property
     def due_seconds(self) -> float:

@@ -20,7 +20,7 @@ from reactq.dispatcher.http import flow as flow_http
 from reactq.dispatcher.http import runs_index as runs_index_http
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http import ui as ui_http
-from reactq.dispatcher.http import batches, dags, errors, ops, runs
+from reactq.dispatcher.http import batches, dags, errors, ops, runs, schedules
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
@@ -32,7 +32,7 @@ log = logging.getLogger("reactq.http")
 
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
-                            flow_http.router]
+                            flow_http.router, schedules.router]
 
 
 #: The collector's thresholds in the gateway: young generations as Python's defaults, a full

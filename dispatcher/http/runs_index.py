@@ -1,8 +1,8 @@
 """``GET /v1/runs``: the run listing, a FastAPI ``router`` that the gateway includes.
 
-``GET /v1/runs?status=&batch_id=&thread_id=&limit=&cursor=`` → ``{runs: [{run_id, status,
-model, query (its first 200 characters), iterations, usage, created_at, updated_at,
-batch_id, thread_id}], next_cursor}``, newest first; ``next_cursor`` is null on the last page.
+``GET /v1/runs?status=&batch_id=&thread_id=&schedule_id=&limit=&cursor=`` → ``{runs: [{run_id,
+status, model, query (its first 200 characters), iterations, usage, created_at, updated_at,
+batch_id, thread_id, schedule_id, scheduled_for}], next_cursor}``, newest first; ``next_cursor`` is null on the last page.
 ``GET /v1/runs/{id}/summary`` → one such row with the whole query (404 when gone).
 Bad filters → 422 naming the parameter. The listing reads the index that the run store's
 scripts keep (``reactq.shared.stores.runs_index``): no SCAN. Authentication is the gateway's.
@@ -55,15 +55,16 @@ async def list_runs(
     status: str | None = Query(None, description=f"one of {', '.join(RUN_STATUSES)}"),
     batch_id: str | None = Query(None, pattern=_ID),
     thread_id: str | None = Query(None, pattern=_ID),
+    schedule_id: str | None = Query(None, pattern=_ID),
     limit: int = Query(50, ge=1, le=MAX_LIMIT),
     cursor: str | None = Query(None, max_length=600),
 ) -> Any:
-    """Runs, newest first, filtered by status / batch / thread, a page at a time."""
+    """Runs, newest first, filtered by status / batch / thread / schedule, a page at a time."""
     if status is not None and status not in RUN_STATUSES:
         return _query_error("status", f"status must be one of {', '.join(RUN_STATUSES)}")
     index = _index(request)
     try:
-        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id),
+        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id, schedule_id),
                                        limit=limit, cursor=cursor)
     except RequestError as exc:
         return _query_error(exc.field or "query", str(exc))
