@@ -24,10 +24,11 @@ RUN_BY_A_TEST = {
     "docs/guides/tools.md": "tests/integration/test_readme_examples.py",
     "docs/guides/hooks.md": "tests/integration/test_readme_examples.py",
     "docs/client.md": "tests/integration/test_client_docs.py",
+    "docs/schedules.md": "tests/integration/test_schedules_docs.py",
     "README.md": "tests/integration/test_readme_quickstart.py",
 }
 TRANSCRIPTS = {"console", "text", ""}
-MAX_SKIPPED = 6
+MAX_SKIPPED = 8
 
 
 def blocks() -> list[tuple[str, str, str, str]]:
