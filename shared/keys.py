@@ -34,6 +34,9 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
+| ``dags``, ``batches``             | zset   | dispatcher, gateway   | none (ids by created_at)    |
+|   the indexes behind ``GET /v1/dags`` and ``GET /v1/batches`` (``shared/stores/listing.py``),
+|   written before the object; members whose hash expired are dropped by the listing
 | ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
 | ``thread:{tid}``                  | hash   | dispatcher, workers   | ``run_ttl`` once idle       |
 |   fields: active (run id), stop:<run id> (interrupt|rollback), updated_at
@@ -206,6 +209,16 @@ class Keys:
 
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{{{batch_id}}}"
+
+    @property
+    def dags_index(self) -> str:
+        """DAG ids by created_at (``GET /v1/dags``)."""
+        return f"{self.prefix}dags"
+
+    @property
+    def batches_index(self) -> str:
+        """HTTP batch ids by created_at (``GET /v1/batches``)."""
+        return f"{self.prefix}batches"
 
     def batch_driver(self, batch_id: str) -> str:
         return f"{self.batch(batch_id)}:driver"

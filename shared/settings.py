@@ -174,6 +174,12 @@ class Settings(BaseSettings):
     """Tokens a call reserves for its completion when it sets no ``max_tokens``."""
     flow_inline_wait_s: float = Field(0.25, ge=0)
     """A wait for capacity up to this long is waited out in place; longer frees the slot."""
+    connector_rate_limit: int = Field(10, ge=0, le=1_000_000)
+    """The built-in ``rate_limiter`` hook: calls per connector tool (a ``server__tool`` name,
+    e.g. every MCP tool) per ``connector_rate_window_s``, counted in each worker process;
+    0 turns it off (``REACTQ_CONNECTOR_RATE_LIMIT``)."""
+    connector_rate_window_s: float = Field(60.0, gt=0, le=86_400)
+    """The window of ``connector_rate_limit`` in seconds (``REACTQ_CONNECTOR_RATE_WINDOW_S``)."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     """API key of the OpenAI-compatible provider when no registry is given."""
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")

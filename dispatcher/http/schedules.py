@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from reactq.dispatcher.http.errors import conflict, field_error
+from reactq.dispatcher.http.errors import conflict, field_error, responses
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
 from reactq.dispatcher.schedules import ScheduleExists, Schedules
 from reactq.shared.errors import RequestError
@@ -70,7 +70,7 @@ def _schedules(request: Request, gw: Any) -> Schedules:
     return svc
 
 
-@router.post("/v1/schedules", status_code=201, response_model=ScheduleView)
+@router.post("/v1/schedules", status_code=201, response_model=ScheduleView, responses=responses(409))
 def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep) -> Any:
     """A new schedule → ``{schedule_id, next_fire_times: [5 × ISO-8601 UTC], …}``."""
     try:
