@@ -1,6 +1,7 @@
 """Every code example of the README and the docs is run by a test, or says why not.
 
-* ``python title="F"`` / ``python run`` blocks are run by the page's own test (the set below);
+* ``python title="F"`` / ``python run`` blocks (any language) are run by the page's own test, a
+  test module that names the page;
 * ``bash quickstart`` blocks of the README are run by tests/integration/test_readme_quickstart.py;
 * ``toml registry`` blocks are model-registry examples: validated here against the registry's schema;
 * a block marked ``skip`` is not run (the set-up commands, an install, a minutes-long benchmark,
@@ -19,14 +20,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-# Pages whose `python run` / `title=` blocks a test runs as written.
-RUN_BY_A_TEST = {
-    "docs/guides/tools.md": "tests/integration/test_readme_examples.py",
-    "docs/guides/hooks.md": "tests/integration/test_readme_examples.py",
-    "docs/client.md": "tests/integration/test_client_docs.py",
-    "docs/schedules.md": "tests/integration/test_schedules_docs.py",
-    "README.md": "tests/integration/test_readme_quickstart.py",
-}
+
+
+def runner_of(page: str) -> Path | None:
+    """The test that runs a page's examples as written: a test module that names the page."""
+    for test in sorted((ROOT / "tests").rglob("test_*.py")):
+        if test.name != Path(__file__).name and page in test.read_text(errors="replace"):
+            return test
+    return None
+
+
 TRANSCRIPTS = {"console", "text", ""}
 MAX_SKIPPED = 8
 
@@ -45,8 +48,7 @@ def test_every_code_block_is_run_checked_or_marked_skip() -> None:
         if lang in TRANSCRIPTS or "skip" in info.split() or (lang == "toml" and info == "registry"):
             continue
         if (lang == "bash" and info == "quickstart") or info == "run" or info.startswith("title="):
-            assert page in RUN_BY_A_TEST, f"{page}: a `{lang} {info}` block, but no test runs this page's examples"
-            assert (ROOT / RUN_BY_A_TEST[page]).exists()
+            assert runner_of(page), f"{page}: a `{lang} {info}` block, but no test runs this page's examples"
             continue
         unaccounted.append(f"{page}: ```{lang} {info}")
     assert not unaccounted, "blocks no test runs (run them, or mark them `skip`):\n" + "\n".join(unaccounted)
