@@ -69,6 +69,14 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
         "run_id": "the run's id",
         "pending_injections": "follow-ups that arrived too late to be read (only when there are some)",
     }),
+    "approval": ChannelDoc("A tool call waits for a person's decision, or was decided.", {
+        "status": "`requested`, then `approved`, `edited`, `rejected`, `responded` or `expired`",
+        "approval_id, tool_call_id": "the approval and the call it holds back",
+        "tool_name, tool_args, args_digest": "`requested`: the call as the model wrote it, and the hex SHA-256 "
+                                             "of its arguments as canonical JSON (a decision names it)",
+        "reason, expires_at": "`requested`: why it waits, and when `on_timeout` applies",
+        "decided_by, approved_args": "a decision: who decided (`timeout` for an expiry), an edit's arguments",
+    }),
 }
 
 
