@@ -23,6 +23,8 @@ class EngineConfig(BaseSettings):
     max_tool_calls_per_turn: int = Field(16, ge=1, le=1000,
                                          validation_alias="REACTQ_MAX_TOOL_CALLS_PER_TURN")
     """Calls of one LLM reply that run; the rest get an error observation (issue 10)."""
+    output_repairs: int = Field(2, ge=0, le=10, validation_alias="REACTQ_OUTPUT_REPAIRS")
+    """Re-asks of a typed answer (``output_schema``) that failed validation, with its errors."""
     tool_selection_threshold: int = Field(12, ge=0, alias="REACT_TOOL_SELECTION_THRESHOLD")
     tool_selection_max: int = Field(6, ge=1, alias="REACT_TOOL_SELECTION_MAX")
     compact_catalog_desc_length: int = Field(80, ge=4, alias="COMPACT_CATALOG_DESC_LENGTH")
@@ -96,6 +98,13 @@ class Settings(BaseSettings):
     http_fetch_allow: str = ""
     http_fetch_max_bytes: int = Field(2_000_000, ge=1024)
     http_fetch_timeout: float = Field(20.0, gt=0)
+    # Built-in guardrails (reactq.shared.hooks.guardrails); all off by default.
+    guardrail_deny_words: str = ""
+    """Comma-separated words that make ``query_tripwire`` refuse a query (whole word, any case)."""
+    guardrail_deny_patterns: list[str] = Field(default_factory=list)
+    """A JSON list of regular expressions that make ``query_tripwire`` refuse a query."""
+    guardrail_pii: str = ""
+    """Kinds ``pii_redactor`` redacts from answers: ``email,phone,card,iban`` or ``all``."""
 
     @property
     def due_seconds(self) -> float:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from reactq.shared.hooks.builtins import builtin_hooks
+from reactq.shared.hooks.guardrails import guardrail_hooks
 from reactq.shared.hooks.base import Hook, HookRegistry
 from reactq.shared.plugins import load_entries
 from reactq.shared.settings import Settings
@@ -44,8 +45,9 @@ def load_hooks(
 
 
 def default_hooks(settings: Settings, *, builtins: bool = True) -> HookRegistry:
-    """The S36f built-ins (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
+    """The S36f built-ins (unless ``builtins=False``), the guardrails the settings switch on
+    (``REACTQ_GUARDRAIL_*``), then ``load_hooks(settings.hooks)``."""
     registry = HookRegistry(builtin_hooks() if builtins else ())
-    for hook in load_hooks(settings.hooks):
+    for hook in [*guardrail_hooks(settings), *load_hooks(settings.hooks)]:
         registry.register(hook)
     return registry
