@@ -19,6 +19,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.engine import ending, guard, loop
@@ -79,43 +80,67 @@ async def typed_answer_step(state: RunState, deps: EngineDeps, io: StepIO) -> Ad
     """One attempt at the typed answer; the run ends, or waits for its next attempt."""
     schema = state.output_schema
     assert schema is not None
-    value, found, reply, parsed = await _attempt(state, deps.llm, schema)
+    got = await ask_typed(deps.llm, output_messages(state), schema, native=state.mode == "native")
+    state.usage = state.usage + got.usage
     state.output_attempts += 1
-    if not parsed or found:
-        return advanced(state, _invalid(state, deps, reply, found, parsed), Answer())
-    return await _publish(state, deps, io, O.output_text(value), value)
+    if not got.valid:
+        return advanced(state, _invalid(state, deps, got), Answer())
+    return await _publish(state, deps, io, O.output_text(got.value), got.value)
 
 
-async def _attempt(state: RunState, llm: LLM, schema: dict[str, Any]) -> tuple[Any, list[O.Problem], str, bool]:
-    """``(value, problems, reply, parsed)``: ``parsed`` False when no JSON came back."""
+@dataclass
+class Typed:
+    """One answer attempt: the value, what is wrong with it, the reply, what it cost."""
+
+    value: Any
+    problems: list[O.Problem]
+    reply: str
+    parsed: bool
+    """False: no JSON object came back at all."""
+    usage: Usage
+
+    @property
+    def valid(self) -> bool:
+        return self.parsed and not self.problems
+
+
+async def ask_typed(llm: LLM, messages: list[ChatMessage], schema: dict[str, Any], *,
+                    native: bool = True) -> Typed:
+    """One attempt: ``structured_llm_call`` for ``schema`` (wrapped when not an object), then
+    ``jsonschema``. ``native=False``: no forced function call (a JSON-mode run)."""
     meter = _Meter(llm)
     wrapped = not O.is_object_schema(schema)
     try:
         got = await structured_llm_call(
-            meter, output_messages(state), O.call_schema(schema), FUNCTION_NAME,
+            meter, messages, O.call_schema(schema), FUNCTION_NAME,
             regex_fallback=O.bare_value if wrapped else None, prefer_json_schema=True,
-            allow_native=state.mode == "native", passthrough=(RateLimited,))
+            allow_native=native, passthrough=(RateLimited,))
     except StructuredOutputError:
-        return None, [], meter.last, False
-    finally:
-        state.usage = state.usage + meter.usage
+        return Typed(None, [], meter.last[:2000], False, meter.usage)
     value, present = O.unwrap(schema, got.raw_data)
     found = O.problems(schema, value) if present else O.problems(O.call_schema(schema), got.raw_data)
-    return value, found, O.output_text(got.raw_data), True
+    return Typed(value, found, O.output_text(got.raw_data), True, meter.usage)
 
 
-def _invalid(state: RunState, deps: EngineDeps, reply: str, found: list[O.Problem],
-             parsed: bool) -> list[Event]:
+def shown_problems(got: Typed) -> list[str]:
+    """What an ``output_repair`` event and an ``output_invalid`` error say (at most 5)."""
+    return [str(p) for p in got.problems[:5]] or ["$: the reply was not a JSON object"]
+
+
+def _invalid(state: RunState, deps: EngineDeps, got: Typed) -> list[Event]:
     """A repair request for the next attempt, or the run's end when none is left."""
     attempt = state.output_attempts
-    shown = [str(p) for p in found[:5]] or ["$: the reply was not a JSON object"]
+    shown = shown_problems(got)
     if attempt <= deps.config.output_repairs:
-        state.output_feedback += O.repair_messages(reply if parsed else reply[:2000], found)
+        state.output_feedback += O.repair_messages(got.reply, got.problems)
         return [loop.emit(state, "phase", phase="output_repair", attempt=attempt, problems=shown)]
-    message = (f"The answer is not valid against output_schema after {attempt} "
-               f"attempt{'s' if attempt > 1 else ''}: {shown[0]}")
-    return ending.fail(state, message, now=deps.clock(), kind="output_invalid",
-                       path=found[0].path if found else "$")
+    return ending.fail(state, invalid_message(attempt, shown), now=deps.clock(), kind="output_invalid",
+                       path=got.problems[0].path if got.problems else "$")
+
+
+def invalid_message(attempts: int, shown: list[str]) -> str:
+    return (f"The answer is not valid against output_schema after {attempts} "
+            f"attempt{'s' if attempts > 1 else ''}: {shown[0]}")
 
 
 async def _publish(state: RunState, deps: EngineDeps, io: StepIO, text: str, value: Any = None,
