@@ -155,3 +155,40 @@ async def test_both_shells_emit_the_same_events_for_a_repaired_typed_answer(
                 for (c, s, d), e in zip(_normalized(events), events, strict=True)]
 
     assert norm(remote) == norm(sink.events)
+
+
+def test_the_token_budget_counts_every_attempt_and_stops_between_them(workers, dispatcher, llm):
+    usage = {"prompt_tokens": 80, "completion_tokens": 20, "total_tokens": 100}
+    bad = {"vendor": "ACME", "total": "lots", "currency": "EUR"}
+    q = llm.unique("extract the invoice on a budget")
+    llm.script(q, [reply_text("draft", usage=usage)])
+    llm.script(f"Question: {q}", [reply_tool_calls([("b1", "final_answer", bad)], usage=usage),
+                                  reply_tool_calls([("b2", "final_answer", GOOD)], usage=usage)])
+    handle = dispatcher.submit(RunRequest(query=q, output_schema=INVOICE, token_budget=150))
+    events = [e for _, e in handle.events(timeout=30)]
+    result = handle.result(timeout=5)
+    assert result["status"] == "failed" and result["output"] is None
+    (err,) = [e.data for e in events if e.channel == "error"]
+    assert err["kind"] == "budget" and err["spent"] == 200
+    assert len(attempt_requests(llm, q)) == 1  # the repair never started
+
+
+def test_reactq_run_takes_an_output_schema_and_its_json_done_line_carries_output(
+        redis_url, workers, llm, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import ROOT, worker_env
+
+    q = typed_script(llm, "extract the invoice from the CLI", "native", [attempt("native", GOOD)])
+    schema_file = tmp_path / "invoice.schema.json"
+    schema_file.write_text(json.dumps(INVOICE))
+    res = subprocess.run([sys.executable, "-m", "dispatcher", "run", q, "--output-schema", str(schema_file),
+                          "--json"], cwd=ROOT, env=worker_env(redis_url, llm), capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    done = json.loads(res.stdout.splitlines()[-1])
+    assert done["event"] == "done" and done["data"]["output"] == GOOD
+    bad = subprocess.run([sys.executable, "-m", "dispatcher", "run", "q", "--output-schema", '{"type": 5}'],
+                         cwd=ROOT, env=worker_env(redis_url, llm), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "output_schema" in bad.stderr
