@@ -19,6 +19,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError, ValidationError
+from referencing import Registry
+from referencing.jsonschema import DRAFT202012
 
 from reactq.shared.models import ChatMessage
 
@@ -65,7 +67,30 @@ def check_schema(schema: Any) -> dict[str, Any]:
         where = _json_path(exc.absolute_path)
         raise ValueError(f"is not a valid JSON Schema (draft 2020-12): at {where}: "
                          f"{_cut(exc.message)}") from None
+    _check_refs(schema)
     return schema
+
+
+def _check_refs(schema: dict[str, Any]) -> None:
+    """Every ``$ref`` must resolve inside the schema: nothing is ever fetched, and a reference
+    to nowhere is refused here rather than failing every answer."""
+    resolver = Registry().with_resource("", DRAFT202012.create_resource(schema)).resolver()
+    for ref in _refs(schema):
+        try:
+            resolver.lookup(ref)
+        except Exception:  # noqa: BLE001 — referencing raises several kinds of Unresolvable
+            raise ValueError(f"$ref {_cut(ref)!r} does not resolve inside the schema (references "
+                             "to other documents are not supported)") from None
+
+
+def _refs(node: Any) -> list[str]:
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    if not isinstance(node, dict):
+        return []
+    found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+    return found + [r for k, v in node.items() if k not in ("enum", "const", "default", "examples")
+                    for r in _refs(v)]
 
 
 def is_object_schema(schema: dict[str, Any]) -> bool:
@@ -107,7 +132,10 @@ def bare_value(text: str) -> dict[str, Any] | None:
 def problems(schema: dict[str, Any], value: Any) -> list[Problem]:
     """Every way ``value`` fails ``schema`` (formats checked too), in path order."""
     validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
-    errors: list[ValidationError] = list(validator.iter_errors(value))
+    try:
+        errors: list[ValidationError] = list(validator.iter_errors(value))
+    except Exception as exc:  # noqa: BLE001 — a schema the door let through but cannot apply
+        return [Problem("$", f"the schema could not be applied: {_cut(str(exc))}")]
     found = [Problem(_json_path(e.absolute_path), _cut(e.message)) for e in errors]
     return sorted(found, key=lambda p: (p.path, p.message))
 

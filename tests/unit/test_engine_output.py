@@ -151,6 +151,8 @@ async def test_the_answer_follows_the_tool_loop_and_sees_its_trace() -> None:
     ({"type": "strng"}, "not a valid JSON Schema"),
     ({"type": "object", "properties": {"a": {"minimum": "x"}}}, "not a valid JSON Schema"),
     ({"type": "object", "description": "x" * MAX_SCHEMA_BYTES}, "the limit is 65536 bytes"),
+    ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, "does not resolve inside the schema"),
+    ({"$ref": "https://example.com/schema.json"}, "does not resolve inside the schema"),
 ])
 def test_a_bad_schema_is_refused_naming_the_field(schema: dict[str, Any], why: str) -> None:
     with pytest.raises(ValidationError) as info:
@@ -158,6 +160,16 @@ def test_a_bad_schema_is_refused_naming_the_field(schema: dict[str, Any], why: s
     err = info.value.errors()[0]
     assert err["loc"] == ("output_schema",)
     assert why in err["msg"]
+
+
+async def test_a_wrapped_schema_keeps_its_definitions() -> None:
+    schema = {"$defs": {"colour": {"enum": ["red", "blue"]}}, "type": "array", "items": {"$ref": "#/$defs/colour"}}
+    RunRequest(query="q", output_schema=schema)
+    llm = NATIVE.llm([NATIVE.answer("red"), typed_reply(NATIVE, {"value": ["green"]}),
+                      typed_reply(NATIVE, {"value": ["red"]})])
+    out = await run(llm, query="Colours?", output_schema=schema)
+    assert out.done["output"] == ["red"]
+    assert "$[0]: 'green' is not one of ['red', 'blue']" in llm.calls[-1].messages[-1].content
 
 
 def test_problems_are_listed_in_path_order_with_json_paths() -> None:
