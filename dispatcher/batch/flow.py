@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
+from reactq.shared.stores.runs import SPENT_FIELD
 
 if TYPE_CHECKING:
     from reactq.dispatcher.batch.driver import BatchDriver
 
-SPENT_FIELD = "tokens_spent"  # the run hash field (reactq.workers.flow.SPENT_FIELD)
 
 
 @dataclass
@@ -36,10 +36,7 @@ class BatchFlow:
 
     def read_spend(self, d: Any, ids: list[str], finished: set[str]) -> None:
         """Refresh the spend of ``ids`` (in flight at this tick; ``finished`` just ended)."""
-        pipe = d.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hget(d.keys.run(rid), SPENT_FIELD)
-        for rid, raw in zip(ids, pipe.execute(), strict=True):
+        for rid, (raw,) in zip(ids, d.store.fields_of(ids, SPENT_FIELD), strict=True):
             n = int(raw or 0)
             if rid in finished:
                 self.spent_done += n
@@ -72,7 +69,7 @@ class BatchFlow:
 
 def _count_budget_stop(d: Any, lines: int) -> None:
     """``reactq_flow_budget_stops{scope="batch_line"}`` (the schema the workers write)."""
-    from reactq.shared.metrics_schema import label_field
+    from reactq.shared.stores.metrics_schema import label_field
 
     try:
         d.redis.hincrby(d.keys.metrics("flow_budget_stops"), label_field(["batch_line"]), lines)

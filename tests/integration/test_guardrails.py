@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from reactq.dispatcher.client import Dispatcher
-from reactq.dispatcher.metrics import snapshot
+from reactq.dispatcher.http.metrics import snapshot
 from reactq.shared.events import Event
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
