@@ -119,3 +119,36 @@ def test_a_typed_answer_is_redacted_inside_its_output(guarded, llm: LLMFixture):
     assert result["output"] == {"name": "Ada", "email": "[redacted email]"}
     assert "ada@example.com" not in json.dumps([e.data for _, e in handle.events(timeout=5)])
     assert first_user_text(llm.requests_for(q)[0]) == q
+
+
+async def test_both_shells_emit_the_same_events_for_a_redacted_answer(guarded, llm: LLMFixture, monkeypatch):
+    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.events import ListSink
+    from reactq.shared.hooks.loader import default_hooks
+    from reactq.shared.inprocess import run_local
+    from reactq.shared.llm.registry import load_registry
+    from reactq.shared.settings import EngineConfig
+    from reactq.shared.tools.loader import default_registry
+    from tests.integration.conftest import SELECTION_THRESHOLD
+    from tests.integration.test_distributed_run import _normalized
+
+    d, settings = guarded
+    monkeypatch.setenv("REACT_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).resolve().parents[2]))
+    local_settings = settings.model_copy(update={
+        "guardrail_deny_words": "drop table,rm -rf", "guardrail_pii": "all",
+        "guardrail_deny_patterns": ["ignore (all|previous) instructions"],
+        "hooks": "tests.integration.guard_hooks:no_secrets"})
+    queries = [llm.script(llm.unique(f"reach Ada, {shell}"), [reply_text("see below")], synthesis=reply_text(LEAK))
+               for shell in ("local", "workers")]
+    deps = EngineDeps(llm=load_registry(settings).get_default(), registry=default_registry(settings),
+                      hooks=default_hooks(local_settings), config=EngineConfig())
+    sink = ListSink()
+    await run_local(RunRequest(query=queries[0], mode="native"), deps, sink=sink)
+    remote = run_events(d, queries[1], "native")
+
+    def norm(events: list[Event]) -> list[Any]:
+        return [(c, s, {**dd, **{k: e.data.get(k) for k in ("guardrail", "decision", "point")}})
+                for (c, s, dd), e in zip(_normalized(events), events, strict=True)]
+
+    assert norm(remote) == norm(sink.events)
