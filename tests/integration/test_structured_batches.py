@@ -127,4 +127,4 @@ def test_a_bad_dag_schema_is_refused_at_the_door(settings):
 
     with TestClient(create_app(settings)) as http:
         res = http.post("/v1/dags", json={"goal": "g", "output_schema": {"type": 3}})
-    assert res.status_code == 422 and res.json()["detail"][0]["loc"] == ["body", "output_schema"]
+    assert res.status_code == 422 and res.json()["error"]["field"] == "output_schema"
