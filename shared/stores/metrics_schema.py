@@ -69,6 +69,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("decision",)),
     Family("approval_wait_seconds", "histogram", "From an approval's request to its decision.",
            ("decision",), _APPROVAL_BUCKETS),
+    # guardrails (hooks at run_start and answer): a block or a rewrite
+    Family("guardrail_trips", "counter", "Guardrails that blocked a run or rewrote its answer.",
+           ("guardrail", "point")),
 )}
 
 
