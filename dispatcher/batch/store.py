@@ -102,6 +102,7 @@ class BatchStore:
             "batch_id": batch_id, "status": f["status"], "total": t.total, "done": t.done,
             "succeeded": t.succeeded, "failed": t.failed, "invalid": t.invalid,
             "running": running, "queued": max(0, t.total - t.done - running), "tokens": t.tokens,
+            "cost_usd": t.cost_usd,
             "created_at": float(f["created_at"]), "updated_at": float(f["updated_at"]),
         }
         if "token_budget" in f or "stopped" in f or t.skipped:

@@ -43,7 +43,7 @@ class StepState(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
     duration: float | None = None
-    usage: dict[str, int] = Field(default_factory=dict)
+    usage: dict[str, Any] = Field(default_factory=dict)
     cursor: str | None = None
     """The last child event forwarded as progress (a stream id)."""
 

@@ -46,6 +46,8 @@ class FlowScope:
     """Who is calling: set by the shell around one step."""
 
     run_id: str | None = None
+    tenant: str = "default"
+    """Whose calls these are (cost metrics, the tenant's quotas)."""
     priority: Priority = "interactive"
     defer: bool = False
     """True: a long wait raises ``RateLimited`` (the shell resumes the step later)."""

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from reactq.shared.errors import ConfigError
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.openai import OpenAILLM
+from reactq.shared.llm.pricing import Price
 from reactq.shared.settings import Settings
 
 __all__ = ["ModelRegistry", "ModelSpec", "ModelEntry", "Abilities", "DEFAULT_ROLES",
@@ -94,6 +95,8 @@ class ModelEntry(BaseModel):
     rpm: int | None = Field(None, gt=0)
     tpm: int | None = Field(None, gt=0)
     max_concurrency: int | None = Field(None, gt=0)
+    # USD per million tokens: every call is priced from the usage the provider reports.
+    price: Price | None = None
 
 
 class _RegistryFile(BaseModel):
@@ -118,6 +121,7 @@ class ModelSpec(BaseModel):
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None
+    price: Price | None = None
 
 
 class ModelRegistry:
@@ -240,7 +244,7 @@ def _spec(name: str, entry: ModelEntry) -> ModelSpec:
                      abilities=entry.abilities.as_dict(), context_size=entry.context_size,
                      max_tokens=entry.max_tokens, temperature=entry.temperature,
                      api_key_env=entry.api_key_env, rpm=entry.rpm, tpm=entry.tpm,
-                     max_concurrency=entry.max_concurrency)
+                     max_concurrency=entry.max_concurrency, price=entry.price)
 
 
 def load_model_specs(path: str | Path) -> list[ModelSpec]:
@@ -281,7 +285,8 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
                         extra_headers=entry.extra_headers or None, max_tokens=entry.max_tokens,
                         temperature=entry.temperature, tool_results_as=entry.tool_results_as,
                         json_schema_as=entry.json_schema_as, extra_body=entry.extra_body or None,
-                        max_tool_turns=entry.max_tool_turns, answer_synthesis=entry.answer_synthesis)
+                        max_tool_turns=entry.max_tool_turns, answer_synthesis=entry.answer_synthesis,
+                        price=entry.price)
         registry.register(name, llm, entry.roles, spec=_spec(name, entry))
     return registry
 
