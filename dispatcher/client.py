@@ -27,9 +27,10 @@ from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
 from reactq.shared.redisconn import client as state_client
-from reactq.shared.requests import RunRequest, check_run_request
+from reactq.shared.requests import RunRequest, check_priced, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
+from reactq.shared.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 from reactq.shared.idempotency import idempotent_id
 
@@ -143,6 +144,16 @@ class Dispatcher:
         app.conf.update(celery_config(self.settings))
         return app
 
+    def model_specs(self) -> list[dict[str, Any]]:
+        """The models' public entries (name, roles, price, …) from the catalog, else from
+        this process's registry."""
+        raw = self.redis.hget(self.keys.catalog, "models")
+        if raw:
+            return list(json.loads(raw))
+        from reactq.shared.llm.registry import load_registry
+
+        return [s.model_dump(mode="json") for s in load_registry(self.settings).specs()]
+
     def catalog(self) -> tuple[list[str], list[str]]:
         """(tool names, model names) for validation at the door.
 
@@ -168,22 +179,26 @@ class Dispatcher:
         req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
         tools, models = self.catalog()
         check_run_request(req, tools=tools, models=models)
+        if req.cost_budget_usd is not None:
+            check_priced("cost_budget_usd", req.model, self.model_specs())
         return req
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
-               batch_id: str | None = None) -> RunHandle:
-        """Validate, store and enqueue a run. An ``idempotency_key`` seen before returns the
-        existing run and enqueues nothing. ``batch_id`` files the run under its HTTP batch
-        in the run index (``GET /v1/runs?batch_id=``)."""
+               batch_id: str | None = None, tenant: str = DEFAULT_TENANT) -> RunHandle:
+        """Validate, store and enqueue a run of ``tenant``. An ``idempotency_key`` the
+        tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
+        the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``)."""
         req = self.validate(request)
         if req.thread_id is not None:
             from reactq.dispatcher.threads import submit_on_thread
 
-            return submit_on_thread(self, req, run_id)
+            return submit_on_thread(self, req, run_id, tenant=tenant)
         if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
-            run_id = uuid.uuid4().hex if req.idempotency_key is None else idempotent_id(req.idempotency_key)
-        rid, created = self.store.create(run_id, req.model_dump(mode="json"),
-                                         idempotency_key=req.idempotency_key, batch_id=batch_id)
+            run_id = (uuid.uuid4().hex if req.idempotency_key is None
+                      else idempotent_id(req.idempotency_key, tenant=tenant))
+        rid, created = self.store.create(run_id, req.model_dump(mode="json", exclude_none=False),
+                                         idempotency_key=req.idempotency_key, batch_id=batch_id,
+                                         tenant=tenant)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)

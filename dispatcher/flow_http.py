@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from reactq.dispatcher.batch.store import BatchStore
-from reactq.dispatcher.http.gateway import IdPath
+from reactq.dispatcher.http.auth import BatchWrite
 from reactq.shared.flow.limiter import FlowLimiter
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import redis_url
@@ -37,7 +37,7 @@ def _parts(request: Request) -> tuple[redis.Redis, Keys, int]:
 
 
 @router.post("/v1/batches/{batch_id}/cancel", status_code=202, tags=["batches"])
-async def cancel_batch(batch_id: IdPath, request: Request) -> Any:
+async def cancel_batch(batch_id: BatchWrite, request: Request) -> Any:
     """Cancel every run of the batch and skip the lines not started."""
     r, keys, ttl = _parts(request)
     store = BatchStore(r, keys, ttl)

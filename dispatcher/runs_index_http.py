@@ -11,12 +11,13 @@ scripts keep (``reactq.shared.runs_index``): no SCAN. Authentication is the gate
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Annotated, Any
 
 import redis
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from reactq.dispatcher.http.auth import Caller, RunRead, need
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import redis_url
@@ -52,6 +53,7 @@ def _query_error(field: str, msg: str) -> JSONResponse:
 @router.get("/v1/runs")
 async def list_runs(
     request: Request,
+    caller: Annotated[Caller, need("runs:read")],
     status: str | None = Query(None, description=f"one of {', '.join(RUN_STATUSES)}"),
     batch_id: str | None = Query(None, pattern=_ID),
     thread_id: str | None = Query(None, pattern=_ID),
@@ -63,14 +65,16 @@ async def list_runs(
         return _query_error("status", f"status must be one of {', '.join(RUN_STATUSES)}")
     index = _index(request)
     try:
-        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id),
+        # An admin lists every tenant's runs; any other key its own tenant's.
+        tenant = None if caller.admin else caller.tenant
+        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id, tenant),
                                        limit=limit, cursor=cursor)
     except RequestError as exc:
         return _query_error(exc.field or "query", str(exc))
 
 
 @router.get("/v1/runs/{run_id}/summary")
-async def run_summary(run_id: str, request: Request) -> Any:
+async def run_summary(run_id: RunRead, request: Request) -> Any:
     """The listing's row for one run, with its whole query (the viewer's run page)."""
     row = await asyncio.to_thread(_index(request).one, run_id)
     if row is None:

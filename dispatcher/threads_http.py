@@ -12,12 +12,13 @@ interrupt_id}``; ``reject`` → 409 naming the active run.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
 from reactq.dispatcher.client import RunHandle
+from reactq.dispatcher.http.auth import Caller, need
 from reactq.dispatcher.threads import ThreadBusy, thread_view
 from reactq.shared.requests import THREAD_ID_PATTERN
 
@@ -26,13 +27,16 @@ _THREAD_ID = re.compile(THREAD_ID_PATTERN)
 
 
 @router.get("/v1/threads/{thread_id}")
-def get_thread(thread_id: str, request: Request) -> Any:
-    """The thread's runs (oldest first), its active run and its conversation so far."""
+def get_thread(thread_id: str, request: Request, caller: Annotated[Caller, need("runs:read")],
+               tenant: str | None = Query(None, max_length=63,
+                                          description="an admin key: whose thread (default: its own tenant's)")) -> Any:
+    """The caller's tenant's thread: its runs (oldest first), active run and conversation."""
     if len(thread_id) > 200 or not _THREAD_ID.match(thread_id):
         return JSONResponse({"detail": [{"type": "value_error", "loc": ["path", "thread_id"],
                                          "msg": "thread_id: 1..200 characters of A-Z a-z 0-9 . _ : -"}]},
                             status_code=422)
-    view = thread_view(request.app.state.gateway.dispatcher, thread_id)
+    owner = tenant if tenant is not None and caller.admin else caller.tenant
+    view = thread_view(request.app.state.gateway.dispatcher, thread_id, owner)
     if view is None:
         return JSONResponse({"detail": f"no thread with id {thread_id!r} (it may have expired)"},
                             status_code=404)

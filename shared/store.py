@@ -37,6 +37,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.roundtrip import Op, Read, checked, execute, failed
 from reactq.shared.store_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD, inline_ops
 from reactq.shared.streams import PUBLISH, entries_after, read_events, text, triples
+from reactq.shared.tenancy import DEFAULT_TENANT, owner_of, thread_key
 
 # The statuses the run index keeps a set for.
 RUN_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
@@ -60,6 +61,8 @@ class RunRecord:
     """With ``load_step``: the ledger records of the pending turn's calls (those written)."""
     turn_began: float | None = None
     """When the pending tool turn's LLM call began (metrics: the turn's duration)."""
+    tenant: str = DEFAULT_TENANT
+    """Who owns the run (the tenant of the key that made it)."""
 
 
 class RunStore:
@@ -86,7 +89,7 @@ class RunStore:
 
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
-               batch_id: str | None = None) -> tuple[str, bool]:
+               batch_id: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.runs_index``: ``runs``,
@@ -103,7 +106,7 @@ class RunStore:
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
         fields: dict[Any, str | int] = {"status": "queued", "request": dumps(request),
                                   "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
-                                  "step_no": 0, "pub_seq": 0}
+                                  "step_no": 0, "pub_seq": 0, "tenant": tenant}
         if batch_id:
             fields["batch_id"] = batch_id
         if thread_id:
@@ -112,7 +115,7 @@ class RunStore:
         pipe = self.r.pipeline(transaction=False)  # one round trip on one server
         if idempotency_key is None:
             pipe.hset(key, mapping=fields)
-            self._index(pipe, run_id, now, batch_id, thread_id)
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant)
             # Due from the moment it exists (its first message may be lost with a worker).
             pipe.zadd(self.keys.due, due)
             pipe.execute()
@@ -122,9 +125,9 @@ class RunStore:
         # is due before the key is ours, and a record that exists is never rewritten.
         wrote = write_if_absent(self.r, key, fields)
         if wrote:
-            self._index(pipe, run_id, now, batch_id, thread_id)
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant)
             pipe.execute()
-        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        existing = claim(self.r, self.keys.idem(idempotency_key, tenant), run_id, self._index_ttl)
         if existing is None:
             self.r.zadd(self.keys.due, due)
             return run_id, True
@@ -135,16 +138,19 @@ class RunStore:
             pipe.delete(key)
             pipe.zrem(self.keys.runs, run_id)
             pipe.zrem(self.keys.runs_status("queued"), run_id)
+            pipe.zrem(self.keys.runs_tenant(tenant), run_id)
             pipe.execute()
         return existing, False
 
-    def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str) -> None:
-        """The run's rows in the run index (``reactq.shared.runs_index``)."""
-        for index in (self.keys.runs, self.keys.runs_status("queued")):
+    def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
+               tenant: str) -> None:
+        """The run's rows in the run index (``reactq.shared.runs_index``); a thread's row
+        under the tenant's name for it (``tenancy.thread_key``)."""
+        for index in (self.keys.runs, self.keys.runs_status("queued"), self.keys.runs_tenant(tenant)):
             pipe.zadd(index, {run_id: now})
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
-                     ([self.keys.runs_thread(thread_id)] if thread_id else []):
+                     ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []):
             pipe.zadd(index, {run_id: now})
             pipe.expire(index, self._index_ttl)
 
@@ -177,11 +183,12 @@ class RunStore:
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
-        fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq")
+        fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq",
+                              "tenant")
         if fields[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        status, created, updated, result, pub = (None if v is None else text(v) for v in fields)
-        return {"run_id": run_id, "status": status, "created_at": float(created or 0),
+        status, created, updated, result, pub, tenant = (None if v is None else text(v) for v in fields)
+        return {"run_id": run_id, "status": status, "tenant": owner_of(tenant), "created_at": float(created or 0),
                 "updated_at": float(updated or 0), "events": int(pub or 0),
                 "result": json.loads(result) if result else None}
 
@@ -353,7 +360,7 @@ def _record(run_id: str, f: dict[str, Any]) -> RunRecord:
         request=json.loads(f["request"]) if "request" in f else {},
         cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
         result=json.loads(f["result"]) if "result" in f else None,
-        turn_began=float(began) if began else None,
+        turn_began=float(began) if began else None, tenant=owner_of(f.get("tenant")),
     )
 
 

@@ -342,7 +342,9 @@ def _stale(rec: RunRecord, step_no: int | None) -> bool:
 def _initial_state(rt: Runtime, rec: RunRecord) -> RunState:
     request = RunRequest.model_validate(rec.request)
     deps = rt.deps_for(None, request.model)
-    return new_state(request, deps, run_id=rec.run_id)
+    state = new_state(request, deps, run_id=rec.run_id)
+    state.tenant = rec.tenant
+    return state
 
 
 # -- the crash limit (workers/due.py counts; these end what must not be sent again) --------

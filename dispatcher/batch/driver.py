@@ -29,6 +29,7 @@ from reactq.dispatcher.batch.items import BatchItem, Tally, format_validation, i
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError
 from reactq.shared.requests import RunRequest
+from reactq.shared.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import ITERATE
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,10 @@ class BatchDriver:
     cancelled: Callable[[], bool] | None = None
     """Polled each tick: True ⇒ cancel the runs in flight and skip the lines not started."""
     flow: BatchFlow = field(default_factory=lambda: BatchFlow())
+    tenant: str = DEFAULT_TENANT
+    """Whose runs these are (an HTTP batch: the tenant of the key that sent it)."""
+    cost_budget_usd: float | None = None
+    """The batch's cap in dollars on its runs' spend; reached ⇒ lines not started end ``skipped``."""
 
     def run(self, items: Iterable[BatchItem]) -> Tally:
         queue = deque(items)
@@ -91,8 +96,8 @@ class BatchDriver:
             if req.idempotency_key is None:
                 req = req.model_copy(update={"idempotency_key": idem_key(self.source, item.id, req)})
             try:
-                handle = (self.dispatcher.submit(req, batch_id=self.batch_id) if self.batch_id
-                          else self.dispatcher.submit(req))
+                handle = (self.dispatcher.submit(req, batch_id=self.batch_id, tenant=self.tenant)
+                          if self.batch_id else self.dispatcher.submit(req, tenant=self.tenant))
             except ValidationError as exc:
                 item.error = f"line {item.line}: {format_validation(exc)}"
                 self._report(invalid_result(item))

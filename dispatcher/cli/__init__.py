@@ -5,6 +5,7 @@
 ``batches``        ``batch`` (a JSONL file), ``batch-cancel`` (an HTTP batch)
 ``dags``           ``dag`` (loaded only when used)
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
+``keys``           ``keys create|list|revoke`` (API keys of tenants)
 ``ops``            ``serve``, ``worker``, ``down``, ``models``, ``tools``
 ``common``         consoles, exit codes, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
@@ -30,7 +31,7 @@ import sys
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import batches, ops, runs, threads
+from reactq.dispatcher.cli import batches, keys, ops, runs, threads
 from reactq.dispatcher.cli.common import EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -59,6 +60,7 @@ for command in (ops.down, ops.models, ops.tools):
     app.command()(command)
 app.command("thread")(threads.thread)
 app.command("batch-cancel")(batches.batch_cancel)
+app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:

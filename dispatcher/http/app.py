@@ -17,9 +17,10 @@ import redis
 from fastapi import APIRouter, FastAPI
 
 from reactq.dispatcher import catalog_http, flow_http, runs_index_http, threads_http, ui_http
-from reactq.dispatcher.http import batches, dags, errors, ops, runs
+from reactq.dispatcher.http import batches, dags, errors, keys, ops, runs
 from reactq.dispatcher.http.gateway import Gateway
-from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
+from reactq.dispatcher.http.auth import KeyAuth
+from reactq.dispatcher.http.middleware import BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
 from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
@@ -28,7 +29,7 @@ log = logging.getLogger("reactq.http")
 
 DEFAULT_KEEPALIVE = 15.0
 
-ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
+ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
                             flow_http.router]
 
@@ -83,7 +84,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:
-        app.add_middleware(BearerAuth, token=settings.api_token)
+        app.add_middleware(KeyAuth, token=settings.api_token, gateway=gw)
     # Outermost: a burst of requests enters the app a few per turn of the loop (``pacing``).
     app.add_middleware(Paced)
     return app

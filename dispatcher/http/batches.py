@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from reactq.dispatcher.batch.items import mark_duplicates, parse_obj, parse_text
 from reactq.dispatcher.http.errors import field_error, not_found
-from reactq.dispatcher.http.gateway import GatewayDep, IdPath
+from reactq.dispatcher.http.auth import BatchRead, Caller, need
+from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.shared.errors import RequestError
 from reactq.shared.inputs import decode_utf8
 from reactq.shared.requests import RunRequest
@@ -40,7 +41,8 @@ class BatchIn(BaseModel):
         "application/json": {"schema": BatchIn.model_json_schema()},
         "application/x-ndjson": {"schema": {"type": "string", "description": "one RunRequest per line"}},
     }}})
-async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Query(8, ge=1, le=1000),
+async def create_batch(request: Request, gw: GatewayDep, caller: Annotated[Caller, need("batches:write")],
+                       concurrency: int = Query(8, ge=1, le=1000),
                        token_budget: int | None = Query(None, ge=1)) -> Any:
     """Many runs at once, at most ``concurrency`` in flight; bad lines become ``invalid`` results."""
     raw = await request.body()
@@ -54,7 +56,8 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
     concurrency = body_concurrency or concurrency
     items = mark_duplicates(items)
     store = gw.batches
-    batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget)
+    batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget,
+                                       tenant=caller.tenant)
     await asyncio.to_thread(store.claim, batch_id, gw.holder)
     gw.start_batch(batch_id)
     return {"batch_id": batch_id, "status_url": f"/v1/batches/{batch_id}", "total": len(items),
@@ -62,7 +65,7 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
 
 
 @router.get("/v1/batches/{batch_id}")
-def get_batch(batch_id: IdPath, gw: GatewayDep,
+def get_batch(batch_id: BatchRead, gw: GatewayDep,
               results: bool = Query(False, description="include the result lines")) -> Any:
     """Progress: done / succeeded / failed / invalid / running / queued, tokens."""
     view = gw.batches.view(batch_id, with_results=results)

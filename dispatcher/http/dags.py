@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
@@ -19,7 +19,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
 from reactq.dispatcher.http.errors import field_error, interrupt_reply
-from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
+from reactq.dispatcher.http.auth import Caller, DagRead, DagWrite, need
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.dag.store import DagNotFound, public_view
@@ -39,10 +40,10 @@ class DagCreated(BaseModel):
 
 
 @router.post("/v1/dags", status_code=202, response_model=DagCreated)
-def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
+def create_dag(req: DagRequest, gw: GatewayDep, caller: Annotated[Caller, need("dags:write")]) -> Any:
     """Validate and enqueue a DAG: a goal (the planner plans) or a goal with steps."""
     try:
-        handle = gw.dags.submit(req)
+        handle = gw.dags.submit(req, tenant=caller.tenant)
     except RequestError as exc:
         return field_error(exc.field, str(exc))
     except ValidationError as exc:
@@ -53,14 +54,14 @@ def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/dags/{dag_id}")
-def get_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
+def get_dag(dag_id: DagRead, gw: GatewayDep) -> Any:
     """Status, phase, round, each step's status / child run / result, the answer once done."""
     return public_view(gw.dags.store.load(dag_id))
 
 
 @router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def dag_events(dag_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+async def dag_events(dag_id: DagRead, gw: GatewayDep, after: AfterQuery = None,
                      last_event_id: LastEventId = None) -> Any:
     """Server-sent events of the DAG; reconnect with ``Last-Event-ID`` to get what was missed."""
     return await events_response(gw, gw.keys.dag(dag_id), gw.keys.dag_events(dag_id), TERMINAL_DAG_STATUSES,
@@ -69,7 +70,7 @@ async def dag_events(dag_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
 
 
 @router.post("/v1/dags/{dag_id}/cancel", status_code=202)
-def cancel_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
+def cancel_dag(dag_id: DagWrite, gw: GatewayDep) -> Any:
     """Cancel: running steps' child runs are cancelled, pending steps skipped."""
     handle = gw.dags.handle(dag_id)
     handle.cancel()
@@ -77,6 +78,6 @@ def cancel_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
 
 
 @router.post("/v1/dags/{dag_id}/interrupts", status_code=202)
-def interrupt_dag(dag_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
+def interrupt_dag(dag_id: DagWrite, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
     return interrupt_reply(lambda: gw.dags.handle(dag_id).interrupt(body.content), "dag_id")

@@ -30,6 +30,19 @@ def field_error(field: str | None, msg: str, *, where: str = "body", status: int
                         status_code=status)
 
 
+class Forbidden(Exception):
+    """The caller's key lacks ``scope`` (HTTP 403 naming it)."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"this API key lacks the scope {scope!r}")
+        self.scope = scope
+
+
+def forbidden(scope: str) -> JSONResponse:
+    return JSONResponse({"detail": f"this API key lacks the scope {scope!r}", "scope": scope},
+                        status_code=403)
+
+
 def not_found(exc: Exception | str) -> JSONResponse:
     return JSONResponse({"detail": clip(str(exc), MSG_CHARS)}, status_code=404)
 
@@ -86,13 +99,18 @@ async def _not_found(_: Request, exc: Exception) -> JSONResponse:
     return not_found(exc)
 
 
+async def _forbidden(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Forbidden)
+    return forbidden(exc.scope)
+
+
 def install(app: FastAPI) -> None:
     """Register the gateway's exception handlers on ``app``."""
     handlers: list[tuple[type[Exception], Any]] = [
         (redis.ConnectionError, _redis_down), (redis.TimeoutError, _redis_down),
         # A cluster client that reaches no node raises this (not a ConnectionError).
         (redis.exceptions.RedisClusterException, _redis_down),
-        (RunNotFound, _not_found), (RequestError, _request_error),
+        (RunNotFound, _not_found), (RequestError, _request_error), (Forbidden, _forbidden),
         (RequestValidationError, _validation),
     ]
     for exc_type, handler in handlers:

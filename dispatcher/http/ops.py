@@ -17,6 +17,7 @@ import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
+from reactq.dispatcher.http.auth import need
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
 from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
 from reactq.shared.settings import Settings
@@ -73,7 +74,7 @@ def _broker_ok(settings: Settings) -> bool:
         return False
 
 
-@router.get("/metrics", response_class=Response)
+@router.get("/metrics", response_class=Response, dependencies=[need("admin")])
 async def get_metrics(gw: GatewayDep) -> Any:
     """Prometheus exposition (``reactq.dispatcher.metrics.render``)."""
     from reactq.dispatcher import metrics

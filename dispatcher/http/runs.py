@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
@@ -11,7 +11,8 @@ from pydantic import BaseModel, ValidationError
 
 from reactq.dispatcher import threads_http
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply
-from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
+from reactq.dispatcher.http.auth import Caller, RunRead, RunWrite, need
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
@@ -28,10 +29,10 @@ class RunCreated(BaseModel):
 
 
 @router.post("/v1/runs", status_code=202, response_model=RunCreated)
-def create_run(req: RunRequest, gw: GatewayDep) -> Any:
-    """Validate and enqueue a run."""
+def create_run(req: RunRequest, gw: GatewayDep, caller: Annotated[Caller, need("runs:write")]) -> Any:
+    """Validate and enqueue a run (the caller's tenant's)."""
     try:
-        handle = gw.dispatcher.submit(req)
+        handle = gw.dispatcher.submit(req, tenant=caller.tenant)
     except threads_http.ThreadBusy as exc:
         return threads_http.busy_reply(exc)
     except RequestError as exc:
@@ -46,14 +47,14 @@ def create_run(req: RunRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/runs/{run_id}")
-def get_run(run_id: IdPath, gw: GatewayDep) -> Any:
+def get_run(run_id: RunRead, gw: GatewayDep) -> Any:
     """Status, timestamps, number of events published, and the result once ended."""
     return gw.dispatcher.store.status(run_id)
 
 
 @router.get("/v1/runs/{run_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}}}})
-async def run_events(run_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+async def run_events(run_id: RunRead, gw: GatewayDep, after: AfterQuery = None,
                      last_event_id: LastEventId = None) -> Any:
     """Server-sent events; reconnect with ``Last-Event-ID`` to get exactly what was missed."""
     return await events_response(gw, gw.keys.run(run_id), gw.keys.run_events(run_id), TERMINAL_STATUSES,
@@ -62,7 +63,7 @@ async def run_events(run_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
 
 
 @router.post("/v1/runs/{run_id}/interrupts", status_code=202)
-def interrupt_run(run_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
+def interrupt_run(run_id: RunWrite, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up message, taken into the run at its next drain point."""
     status = gw.dispatcher.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
@@ -71,7 +72,7 @@ def interrupt_run(run_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
 
 
 @router.post("/v1/runs/{run_id}/cancel", status_code=202)
-def cancel_run(run_id: IdPath, gw: GatewayDep) -> Any:
+def cancel_run(run_id: RunWrite, gw: GatewayDep) -> Any:
     """Stop the run at its next step boundary (it ends ``cancelled``); no-op once ended."""
     handle = gw.dispatcher.handle(run_id)
     handle.cancel()

@@ -64,6 +64,8 @@ class DagState(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     dag_id: str
+    tenant: str = "default"
+    """Who owns the DAG; its child runs are created for the same tenant."""
     goal: str
     followups: list[str] = Field(default_factory=list)
     """User follow-ups (interrupts) taken in so far; they extend the goal."""

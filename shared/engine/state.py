@@ -121,6 +121,10 @@ class RunState(BaseModel):
     """Flow control: who gets a rate-limited model first (RunRequest.priority)."""
     token_budget: int | None = None
     """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
+    tenant: str = "default"
+    """Who owns the run (the key that made it): its quotas, its cost metrics."""
+    cost_budget_usd: float | None = None
+    """RunRequest.cost_budget_usd: the run's cap in dollars (checked before each call)."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
 

@@ -65,14 +65,14 @@ class DagContext:
             log.info("dag %s: version %s was saved elsewhere", state.dag_id, version)
             return False
         for effect in t.effects:
-            self._apply(effect, state.dag_id)
+            self._apply(effect, state.dag_id, state.tenant)
         return True
 
-    def _apply(self, effect: M.Effect, dag_id: str) -> None:
+    def _apply(self, effect: M.Effect, dag_id: str, tenant: str) -> None:
         runs = self.rt.store
         if isinstance(effect, M.StartRun):
             if not runs.r.exists(runs.keys.run(effect.run_id)):
-                runs.create(effect.run_id, effect.request)
+                runs.create(effect.run_id, effect.request, tenant=tenant)
             if self.store.cancel_requested(dag_id):
                 # A cancel that looked for this run before it existed found nothing to stop.
                 runs.request_cancel(effect.run_id)
@@ -125,6 +125,7 @@ def drive_start(ctx: DagContext, dag_id: str) -> None:
         request = DagRequest.model_validate(rec.request)
         model = request.model or name_for_role(ctx.rt.models, "smart")
         state = M.new_dag(dag_id, request, model=model, now=time.time())
+        state.tenant = rec.tenant
         if not ctx.save(state, rec.version, M.start_planning(state)):
             return
     drive_plan(ctx, dag_id, 1)
