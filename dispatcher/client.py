@@ -189,6 +189,7 @@ class Dispatcher:
         tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
         the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``)."""
         req = self.validate(request)
+        self.check_tenant_cap(req.model, tenant)
         if req.thread_id is not None:
             from reactq.dispatcher.threads import submit_on_thread
 
@@ -202,6 +203,13 @@ class Dispatcher:
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)
+
+    def check_tenant_cap(self, model: str | None, tenant: str) -> None:
+        """A tenant with a daily dollar cap may only use priced models (422 naming ``model``)."""
+        from reactq.shared.tenants import quota_of
+
+        if quota_of(self.settings, tenant).cost_per_day_usd is not None:
+            check_priced("model", model, self.model_specs())
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle for an existing run (``RunNotFound`` if there is none)."""

@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     max_task_crashes: int = Field(3, ge=1)
     visibility_timeout: int = Field(3600, ge=10)
     api_token: SecretStr | None = None
+    tenants: Path | None = None
+    """A TOML file of tenants' quotas: ``[tenants.NAME] max_active_runs, rpm, tpm,
+    cost_per_day_usd`` (``reactq.shared.tenants``)."""
     max_body_bytes: int = Field(1_000_000, ge=1024)
     max_interrupt_chars: int = Field(20_000, ge=1)
     """The longest follow-up message a run or DAG takes (422 above it)."""

@@ -95,7 +95,7 @@ def _turn_ahead(rt: Runtime, state: RunState, adv: Advance, io: StoreIO) -> tupl
     publish always left: the redone turn re-creates that seq, and it is not published again."""
     if not isinstance(adv.step, RunTools) or not isinstance(adv.next, CallLLM) or io.cancel:
         return None, []
-    if state.token_budget is not None or state.rate_limited_since is not None:
+    if flow.may_stop(rt, state) or state.rate_limited_since is not None:
         return None, []  # the gate would change the state (a budget's ending, a wait's end)
     gate = flow.gate(rt, state, rt.deps_for(state))
     if gate.events is not None or gate.wait is not None:

@@ -36,10 +36,13 @@ from reactq.shared.events import Event
 from reactq.shared.flow.limiter import Denied, FlowLimiter, Ticket
 from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
+from reactq.shared.llm.pricing import Price, reserve_cost
 from reactq.shared.due import run_member
 from reactq.shared.redisconn import broker_url
 from reactq.shared.roundtrip import Op, checked, defer, execute, failed, take
 from reactq.shared.settings import Settings
+from reactq.shared.stores.spend import TenantSpend
+from reactq.shared.tenants import quota_of
 from reactq.shared.wire import message_priorities
 
 if TYPE_CHECKING:
@@ -49,6 +52,8 @@ log = logging.getLogger(__name__)
 
 PRIORITY = message_priorities(broker_url(Settings()))
 SPENT_FIELD = "tokens_spent"
+COST_FIELD = "cost_spent"
+"""The run hash's dollars spent (every priced call, settled after it)."""
 
 _message_priority: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "reactq_message_priority", default=None)
@@ -71,7 +76,17 @@ def flow_control(rt: Runtime) -> FlowControl:
         # the flow limiter's next admission; ``spent`` takes it along too).
         defer(rt.redis, [Op(("HINCRBY", rt.keys.run(run_id), SPENT_FIELD, tokens))])
 
-    return FlowControl(limiter=FlowLimiter(rt.redis, rt.keys), on_spend=on_spend,
+    tenant_spend = TenantSpend(rt.redis, rt.keys)
+
+    def on_cost(scope: FlowScope, cost: float) -> None:
+        # The run's dollars and its tenant's day (the reservation released), deferred alike.
+        assert scope.run_id is not None
+        ops = [tenant_spend.settle_op(scope.tenant, scope.run_id, cost)]
+        if cost:
+            ops.append(Op(("HINCRBYFLOAT", rt.keys.run(scope.run_id), COST_FIELD, repr(cost))))
+        defer(rt.redis, ops)
+
+    return FlowControl(limiter=FlowLimiter(rt.redis, rt.keys), on_spend=on_spend, on_cost=on_cost,
                        on_event=flow_metrics.recorder(rt),
                        completion_estimate=rt.settings.flow_completion_estimate,
                        inline_wait_s=rt.settings.flow_inline_wait_s)
@@ -79,9 +94,15 @@ def flow_control(rt: Runtime) -> FlowControl:
 
 def spent(rt: Runtime, run_id: str) -> int:
     """The run's recorded spend, with the spends still deferred in this step sent first."""
-    replies = execute(rt.redis, [*take(), Op(("HGET", rt.keys.run(run_id), SPENT_FIELD))])
+    return spending(rt, run_id)[0]
+
+
+def spending(rt: Runtime, run_id: str) -> tuple[int, float]:
+    """The run's recorded (tokens, dollars), the spends still deferred in this step sent first."""
+    replies = execute(rt.redis, [*take(), Op(("HMGET", rt.keys.run(run_id), SPENT_FIELD, COST_FIELD))])
     failed(replies[:-1])
-    return int(checked(replies[-1]) or 0)
+    tokens, cost = checked(replies[-1])
+    return int(tokens or 0), float(cost or 0.0)
 
 
 def _step_call(state: RunState, deps: EngineDeps) -> tuple[LLM, int] | None:
@@ -120,15 +141,12 @@ class Gate:
 
 def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     """Decide at the step boundary (see the module doc)."""
-    scope = FlowScope(run_id=state.run_id, priority=state.priority, defer=True)
-    if state.token_budget is not None and isinstance(next_step(state), CallLLM | Answer):
-        used = spent(rt, state.run_id)
-        if flowcontrol.budget_reached(state, used):
-            from reactq.workers import flow_metrics
-
-            flow_metrics.budget_stop(rt, "run")
-            return Gate(events=flowcontrol.stop_for_budget(state, used, now=deps.clock()))
+    scope = FlowScope(run_id=state.run_id, tenant=state.tenant, priority=state.priority, defer=True)
     call = _step_call(state, deps)
+    if isinstance(next_step(state), CallLLM | Answer):
+        stop = _budget_stop(rt, state, deps, call)
+        if stop is not None:
+            return Gate(events=stop)
     if call is None:
         return Gate(scope=scope)
     llm, tokens = call
@@ -147,6 +165,49 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
             return Gate(wait=RateLimited(llm.name, got.wait_s, got.reason))
         time.sleep(got.wait_s)
     return Gate(wait=RateLimited(llm.name, 1.0, "busy"))
+
+
+def may_stop(rt: Runtime, state: RunState) -> bool:
+    """Whether a cap could end the run at its next gate (a token or dollar budget, or its
+    tenant's daily cost cap)."""
+    return (state.token_budget is not None or state.cost_budget_usd is not None
+            or quota_of(rt.settings, state.tenant).cost_per_day_usd is not None)
+
+
+def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps,
+                 call: tuple[LLM, int] | None) -> list[Event] | None:
+    """The budget path's events when a cap is reached before the step's call, else None:
+    the run's tokens and dollars as recorded (every settled call), then its tenant's day —
+    spent plus what calls in flight hold — with this call's worst case held if it goes on."""
+    from reactq.workers import flow_metrics
+
+    now = deps.clock()
+    if state.token_budget is not None or state.cost_budget_usd is not None:
+        used, cost = spending(rt, state.run_id)
+        if flowcontrol.budget_reached(state, used):
+            flow_metrics.budget_stop(rt, "run")
+            return flowcontrol.stop_for_budget(state, used, now=now)
+        if state.cost_budget_usd is not None and flowcontrol.cost_reached(state, cost):
+            flow_metrics.budget_stop(rt, "run_cost")
+            return flowcontrol.stop_for_cost(state, cost, state.cost_budget_usd, "run", now=now)
+    cap = quota_of(rt.settings, state.tenant).cost_per_day_usd
+    if cap is None or call is None:
+        return None
+    got = TenantSpend(rt.redis, rt.keys).reserve(state.tenant, state.run_id, _worst_case(*call), cap)
+    if got.ok:
+        return None
+    flow_metrics.budget_stop(rt, "tenant_cost")
+    return flowcontrol.stop_for_cost(state, got.spent + got.held, cap, "tenant", now=now)
+
+
+def _worst_case(llm: LLM, tokens: int) -> float:
+    """A call's reservation in dollars: its prompt estimate and completion allowance at the
+    model's price (0 for a model without one: the door refuses caps over those)."""
+    price = getattr(llm, "price", None)
+    if not isinstance(price, Price):
+        return 0.0
+    completion = _completion(llm)
+    return reserve_cost(max(0, tokens - completion), completion, price)
 
 
 @contextmanager

@@ -68,6 +68,7 @@ class BatchDriver:
         queue = deque(items)
         inflight: dict[str, BatchItem] = {}
         self.flow.spent_done = self.tally.tokens
+        self.flow.cost_done = self.tally.cost_usd
         while (queue or inflight) and not self.stop.is_set():
             self.flow.check(self, queue, inflight)
             self._fill(queue, inflight)
@@ -150,6 +151,6 @@ class BatchDriver:
             st = status.decode()
             if st in TERMINAL_STATUSES and result is not None:
                 out.append((rid, json.loads(result), st))
-        if self.token_budget is not None:
+        if self.token_budget is not None or self.cost_budget_usd is not None:
             self.flow.read_spend(d, ids, {rid for rid, _, _ in out})
         return out

@@ -119,6 +119,8 @@ class BatchStore:
         if "token_budget" in f or "stopped" in f or t.skipped:
             view.update(skipped=t.skipped, token_budget=int(f["token_budget"]) if "token_budget" in f else None,
                         stopped=f.get("stopped"))
+        if "cost_budget_usd" in f:
+            view["cost_budget_usd"] = float(f["cost_budget_usd"])
         if with_results:
             view["results"] = results
         return view

@@ -98,6 +98,9 @@ class FlowControl:
 
     limiter: FlowLimiter
     on_spend: Callable[[str, int], None] | None = None
+    on_cost: Callable[[FlowScope, float], None] | None = None
+    """After every call of a run (failed ones too, with 0): its dollars, to settle the
+    reservation the step boundary made (``reactq.shared.stores.spend``)."""
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     """Metrics: ``("wait"|"provider_429"|"settle", fields)``; must never raise."""
     completion_estimate: int = 512
@@ -164,9 +167,18 @@ class LimitedLLM(DelegatingLLM):
         except Exception as exc:  # the lease on the slot expires by itself
             log.warning("flow settle failed for %s: %s", self.name, exc)
         self.flow.note("settle", model=self.name, reserved=ticket.reserved, actual=actual)
-        run_id = current_scope().run_id
+        scope = current_scope()
+        run_id = scope.run_id
         if paid and run_id and self.flow.on_spend is not None:
             self.flow.on_spend(run_id, paid)
+        self._cost(scope, float((usage or {}).get("cost_usd") or 0.0))
+
+    def _cost(self, scope: FlowScope, cost: float) -> None:
+        if scope.run_id and self.flow.on_cost is not None:
+            try:
+                self.flow.on_cost(scope, cost)
+            except Exception as exc:  # the spend is the run's: never fail the call here
+                log.warning("cost of a call of %s not recorded: %s", self.name, exc)
 
     def _failed(self, ticket: Ticket, exc: BaseException) -> BaseException:
         """Free the reservation; a provider 429/503 pauses the model for everyone."""
@@ -174,6 +186,7 @@ class LimitedLLM(DelegatingLLM):
             self.flow.limiter.settle(ticket, self.limits, 0, learn=False)
         except Exception:
             log.debug("flow settle after failure failed", exc_info=True)
+        self._cost(current_scope(), 0.0)
         status = getattr(exc, "status_code", None)
         retry_after = getattr(exc, "retry_after", None)
         if status == 429 or (status == 503 and retry_after is not None):
