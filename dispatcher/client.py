@@ -22,7 +22,7 @@ import redis
 from celery import Celery
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
@@ -197,12 +197,24 @@ class Dispatcher:
         if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
             run_id = (uuid.uuid4().hex if req.idempotency_key is None
                       else idempotent_id(req.idempotency_key, tenant=tenant))
+        self.admit(tenant, run_id)
         rid, created = self.store.create(run_id, req.model_dump(mode="json", exclude_none=False),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id,
                                          tenant=tenant)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)
+
+    def admit(self, tenant: str, run_id: str) -> None:
+        """A place among the tenant's ``max_active_runs`` for ``run_id``; ``TooManyRequests``
+        (HTTP 429 with ``Retry-After``) when every place is taken."""
+        from reactq.shared.stores.active import ActiveRuns
+        from reactq.shared.tenants import quota_of
+
+        limit = quota_of(self.settings, tenant).max_active_runs
+        if limit is not None and not ActiveRuns(self.redis, self.keys).admit(tenant, run_id, limit):
+            raise TooManyRequests(f"tenant {tenant} has {limit} active runs (its max_active_runs); "
+                                  "retry when one has ended", field="max_active_runs")
 
     def check_tenant_cap(self, model: str | None, tenant: str) -> None:
         """A tenant with a daily dollar cap may only use priced models (422 naming ``model``)."""

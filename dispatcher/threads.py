@@ -72,6 +72,7 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, 
     ts = thread_store(d)
     repair(d, ts, tid)
     rid = run_id or uuid.uuid4().hex
+    d.admit(tenant, rid)
     decision = ts.submit(tid, rid, req.multitask_strategy, req.query)
     active = decision.active_run
     if decision.kind == "reject":

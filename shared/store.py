@@ -124,9 +124,10 @@ class RunStore:
         # its claim left this very record, which its retry finds here and claims; nothing
         # is due before the key is ours, and a record that exists is never rewritten.
         wrote = write_if_absent(self.r, key, fields)
-        if wrote:
-            self._index(pipe, run_id, now, batch_id, thread_id, tenant)
-            pipe.execute()
+        # A creator killed between its write and its index rows left a run the listing (and
+        # a resumed batch's count) would miss: its retry adds the rows that are missing.
+        self._index(pipe, run_id, now, batch_id, thread_id, tenant, missing_only=not wrote)
+        pipe.execute()
         existing = claim(self.r, self.keys.idem(idempotency_key, tenant), run_id, self._index_ttl)
         if existing is None:
             self.r.zadd(self.keys.due, due)
@@ -143,15 +144,17 @@ class RunStore:
         return existing, False
 
     def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
-               tenant: str) -> None:
+               tenant: str, *, missing_only: bool = False) -> None:
         """The run's rows in the run index (``reactq.shared.runs_index``); a thread's row
-        under the tenant's name for it (``tenancy.thread_key``)."""
-        for index in (self.keys.runs, self.keys.runs_status("queued"), self.keys.runs_tenant(tenant)):
-            pipe.zadd(index, {run_id: now})
+        under the tenant's name for it (``tenancy.thread_key``). ``missing_only``: the run
+        existed already (a retry): add only rows that are not there, never its status row."""
+        statuses = [] if missing_only else [self.keys.runs_status("queued")]
+        for index in (self.keys.runs, *statuses, self.keys.runs_tenant(tenant)):
+            pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
                      ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []):
-            pipe.zadd(index, {run_id: now})
+            pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.expire(index, self._index_ttl)
 
     def load(self, run_id: str) -> RunRecord:

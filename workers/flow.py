@@ -33,7 +33,7 @@ from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.engine.synthesis import synthesis_messages
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
-from reactq.shared.flow.limiter import Denied, FlowLimiter, Ticket
+from reactq.shared.flow.limiter import Denied, FlowLimiter, Limits, Ticket
 from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.pricing import Price, reserve_cost
@@ -141,7 +141,9 @@ class Gate:
 
 def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     """Decide at the step boundary (see the module doc)."""
-    scope = FlowScope(run_id=state.run_id, tenant=state.tenant, priority=state.priority, defer=True)
+    quota = quota_of(rt.settings, state.tenant)
+    scope = FlowScope(run_id=state.run_id, tenant=state.tenant, priority=state.priority, defer=True,
+                      tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None)
     call = _step_call(state, deps)
     if isinstance(next_step(state), CallLLM | Answer):
         stop = _budget_stop(rt, state, deps, call)

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from reactq.dispatcher.batch.flow import BatchFlow
 from reactq.dispatcher.batch.items import BatchItem, Tally, format_validation, idem_key, invalid_result, run_result
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import RequestError, TooManyRequests
 from reactq.shared.requests import RunRequest
 from reactq.shared.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import ITERATE
@@ -103,6 +103,9 @@ class BatchDriver:
                 item.error = f"line {item.line}: {format_validation(exc)}"
                 self._report(invalid_result(item))
                 continue
+            except TooManyRequests:
+                queue.appendleft(item)  # the tenant is at its max_active_runs: wait a tick
+                return
             except RequestError as exc:
                 item.error = f"line {item.line}: {exc}"
                 self._report(invalid_result(item))

@@ -83,10 +83,17 @@ async def _validation(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": [_clip_error(dict(e)) for e in exc.errors()[:20]]}, status_code=422)
 
 
+#: Seconds a 429 asks the client to wait (``Retry-After``).
+RETRY_AFTER_S = 1
+
+
 async def _request_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestError)
-    status = 429 if isinstance(exc, TooManyRequests) else 422
-    return field_error(exc.field, str(exc), status=status)
+    if isinstance(exc, TooManyRequests):
+        res = field_error(exc.field, str(exc), status=429)
+        res.headers["Retry-After"] = str(RETRY_AFTER_S)
+        return res
+    return field_error(exc.field, str(exc))
 
 
 async def _redis_down(_: Request, exc: Exception) -> JSONResponse:

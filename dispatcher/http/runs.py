@@ -15,7 +15,7 @@ from reactq.dispatcher.http.auth import Caller, RunRead, RunWrite, need
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
 from reactq.shared.requests import RunRequest
 
 router = APIRouter(tags=["runs"])
@@ -35,6 +35,8 @@ def create_run(req: RunRequest, gw: GatewayDep, caller: Annotated[Caller, need("
         handle = gw.dispatcher.submit(req, tenant=caller.tenant)
     except threads_http.ThreadBusy as exc:
         return threads_http.busy_reply(exc)
+    except TooManyRequests:
+        raise  # 429 with Retry-After (the error handler)
     except RequestError as exc:
         return field_error(exc.field, str(exc))
     except ValidationError as exc:

@@ -1,4 +1,4 @@
-"""Dollar caps through real workers: a run's ``cost_budget_usd`` and a tenant's
+"""Dollar caps and a tenant's request rate through real workers: a run's ``cost_budget_usd`` and a tenant's
 ``cost_per_day_usd`` stop on the call that reaches them (the summary path, ``error`` kind
 ``budget``), the spend survives a worker killed with -9, and a cap over a model without a
 price is refused at the door."""
@@ -28,7 +28,7 @@ CALL_USD = 0.0035
 def cluster(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowCluster]:
     tmp = tmp_path_factory.mktemp("caps")
     tenants = tmp / "tenants.toml"
-    tenants.write_text("[tenants.thrifty]\ncost_per_day_usd = 0.006\n")
+    tenants.write_text("[tenants.thrifty]\ncost_per_day_usd = 0.006\n[tenants.metered]\nrpm = 120\n")
     c = FlowCluster(redis_url, tmp, limits={"price": PRICE}, workers=1, REACTQ_TENANTS=str(tenants))
     c.settings = c.settings.model_copy(update={"tenants": tenants})
     c.d.settings = c.settings
@@ -100,3 +100,21 @@ def test_a_cap_over_a_model_without_a_price_is_refused_at_the_door(workers: Any,
     with pytest.raises(RequestError) as exc:
         dispatcher.submit(RunRequest(query="q", cost_budget_usd=1.0))
     assert exc.value.field == "cost_budget_usd" and "no price" in str(exc.value)
+
+
+def test_a_tenants_rpm_paces_its_calls_across_its_runs(cluster: FlowCluster) -> None:
+    """rpm = 120: one call admitted every 0.5 s across all of the tenant's runs (the
+    cluster-wide limiter, zero burst), whatever the model allows."""
+    warm = cluster.book.script("caps: warm-up", [reply_text("w")], synthesis=reply_text("w"))
+    cluster.d.submit(RunRequest(query=warm), tenant="other").result(timeout=30)
+    qs = [cluster.book.script(f"caps: metered {n}", [reply_text(f"m{n}")], synthesis=reply_text("ok"))
+          for n in range(3)]
+    handles = [cluster.d.submit(RunRequest(query=q), tenant="metered") for q in qs]
+    assert all(h.result(timeout=60)["status"] == "succeeded" for h in handles)
+    times = sorted(r.received_at for r in cluster.server.requests
+                   if any(q in first_user_text(r.body) for q in qs))
+    assert len(times) == 6
+    # Six calls paced 0.5 s apart span 2.5 s (a loaded machine may bunch their arrivals a
+    # little: the pace is of admissions).
+    assert times[-1] - times[0] >= 1.8, times
+    assert int(cluster.r.hget("reactq:flow:{tenant:metered}", "calls") or 0) == 6

@@ -24,8 +24,11 @@ WRITE_SCOPES = ["runs:read", "runs:write", "batches:write", "dags:write"]
 
 @pytest.fixture(scope="module")
 def gateway(redis_url: str, llm: Any, workers: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    env = worker_env(redis_url, llm, REACTQ_API_TOKEN=TOKEN, REACTQ_SSE_KEEPALIVE="0.4")
-    gw = start_gateway(env, tmp_path_factory.mktemp("tenants") / "gateway.log")
+    tmp = tmp_path_factory.mktemp("tenants")
+    (tmp / "tenants.toml").write_text("[tenants.busy]\nmax_active_runs = 1\n")
+    env = worker_env(redis_url, llm, REACTQ_API_TOKEN=TOKEN, REACTQ_SSE_KEEPALIVE="0.4",
+                     REACTQ_TENANTS=str(tmp / "tenants.toml"))
+    gw = start_gateway(env, tmp / "gateway.log")
     yield gw
     stop_gateway(gw)
 
@@ -210,3 +213,17 @@ def test_no_secret_in_redis_or_the_logs(gateway: Gateway, world: World, redis_ur
     for secret in secrets:
         assert secret.encode() not in blob
         assert secret.encode() not in log
+
+
+def test_past_max_active_runs_is_429_with_retry_after(gateway: Gateway, world: World, llm: Any) -> None:
+    busy = client(gateway, _key(world.admin, "busy", ["runs:read", "runs:write"], "busy app")["key"])
+    slow = llm.script(llm.unique("tenants: busy slow"), [reply_text("done", delay=2.0)])
+    first = busy.post("/v1/runs", json={"query": slow})
+    assert first.status_code == 202
+    refused = busy.post("/v1/runs", json={"query": slow})
+    assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+    assert "max_active_runs" in refused.text
+    # Another tenant is not held back by this one's quota.
+    assert world.as_("own", gateway).post("/v1/runs", json={"query": slow}).status_code == 202
+    _wait_ended(busy, first.json()["run_id"])
+    assert busy.post("/v1/runs", json={"query": slow}).status_code == 202
