@@ -55,7 +55,7 @@ class KeyAuth:
 
     @property
     def checker(self) -> KeyChecker:
-        if self._checker is None:
+        if self._checker is None or self._checker.r is not self.gateway.aredis:
             self._checker = KeyChecker(self.gateway.aredis, self.gateway.keys)
         return self._checker
 
