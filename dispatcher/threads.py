@@ -16,14 +16,15 @@ skips it once the decision is older than ``ORPHAN_AFTER`` seconds. Dying after a
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
-from reactq.shared.streams import text
+from reactq.shared.stores.streams import text
 from reactq.shared.tenancy import DEFAULT_TENANT, thread_key
-from reactq.shared.threads import (
+from reactq.shared.stores.threads import (
     ORPHAN_AFTER,
     ThreadStore,
     arm_first_step,
@@ -34,7 +35,18 @@ from reactq.shared.threads import (
 from reactq.shared.wire import ITERATE
 
 if TYPE_CHECKING:
-    from reactq.dispatcher.client import Dispatcher, RunHandle
+    from reactq.dispatcher.client import Dispatcher
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What became of a run submitted on a thread (the caller wraps it in a ``RunHandle``)."""
+
+    run_id: str
+    created: bool
+    injected: bool = False
+    """The query went into the thread's active run (``inject``): ``run_id`` is that run."""
+    interrupt_id: str | None = None
 
 class ThreadBusy(RequestError):
     """``multitask_strategy: reject`` while another run of the thread is active (HTTP 409)."""
@@ -58,17 +70,15 @@ def thread_store(d: Dispatcher) -> ThreadStore:
 
 
 def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, *,
-                     tenant: str = DEFAULT_TENANT) -> RunHandle:
+                     tenant: str = DEFAULT_TENANT) -> Submitted:
     """Start, enqueue, inject, reject or stop-and-replace, as ``req.multitask_strategy`` says.
     The thread is ``tenant``'s thread of that id (``tenancy.thread_key``)."""
-    from reactq.dispatcher.client import RunHandle
-
     assert req.thread_id is not None
     tid = thread_key(tenant, req.thread_id)
     if req.idempotency_key is not None:
         existing = d.redis.get(d.keys.idem(req.idempotency_key, tenant))
         if existing:
-            return RunHandle(d, text(existing), created=False)
+            return Submitted(text(existing), created=False)
     ts = thread_store(d)
     repair(d, ts, tid)
     rid = run_id or uuid.uuid4().hex
@@ -79,13 +89,11 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, 
         raise ThreadBusy(req.thread_id, active or "?")
     if decision.kind == "inject":
         assert active is not None
-        handle = RunHandle(d, active, created=False)
         if req.idempotency_key is not None and not d.redis.set(
                 d.keys.idem(req.idempotency_key, tenant), active, nx=True, ex=d.store._index_ttl):
-            return handle  # a retry of an injection that already happened: not twice
-        handle.injected = True
-        handle.interrupt_id = d.store.add_interrupt(active, req.query)
-        return handle
+            return Submitted(active, created=False)  # a retry of an injection that already happened
+        return Submitted(active, created=False, injected=True,
+                         interrupt_id=d.store.add_interrupt(active, req.query))
     stored, created = d.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key,
                                      tenant=tenant)
     if decision.kind == "start":
@@ -96,7 +104,7 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, 
         # The active run ended between the decision and ``create``: its worker sent this
         # run's first task before the run existed, and that task found nothing. Again.
         _start(d, rid)
-    return RunHandle(d, stored, created=created)
+    return Submitted(stored, created=created)
 
 
 def _start(d: Dispatcher, run_id: str) -> None:
@@ -124,7 +132,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     active = ts.active(tid)
     if active is None:
         return
-    status = d.redis.hget(d.keys.run(active), "status")
+    [[status]] = d.store.fields_of([active], "status")
     if status is None:
         nxt = skip_orphans(ts, d.store, tid, active)
         if nxt is not None and nxt != active and not_started(d.store, nxt):
@@ -151,11 +159,8 @@ def thread_view(d: Dispatcher, thread_id: str, tenant: str = DEFAULT_TENANT) -> 
         return None
     repair(d, ts, tid)
     entries = ts.runs(tid)
-    pipe = d.redis.pipeline(transaction=False)
-    for e in entries:
-        pipe.hget(d.keys.run(e["run_id"]), "status")
-    statuses = pipe.execute() if entries else []
-    runs = [{"run_id": e["run_id"], "status": s.decode() if s else "expired", "query": e["query"],
+    statuses = [row[0] for row in d.store.fields_of([e["run_id"] for e in entries], "status")]
+    runs = [{"run_id": e["run_id"], "status": s or "expired", "query": e["query"],
              "created_at": e["created_at"]} for e, s in zip(entries, statuses, strict=True)]
     messages = [m.model_dump(mode="json", include={"role", "content"}) for m in ts.history(tid)]
     return {"thread_id": thread_id, "active_run": ts.active(tid), "runs": runs, "messages": messages}

@@ -16,12 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
+from reactq.shared.stores.runs import COST_FIELD, SPENT_FIELD
 
 if TYPE_CHECKING:
     from reactq.dispatcher.batch.driver import BatchDriver
 
-SPENT_FIELD = "tokens_spent"  # the run hash field (reactq.workers.flow.SPENT_FIELD)
-COST_FIELD = "cost_spent"  # dollars (reactq.workers.flow.COST_FIELD)
 
 
 @dataclass
@@ -44,10 +43,8 @@ class BatchFlow:
 
     def read_spend(self, d: Any, ids: list[str], finished: set[str]) -> None:
         """Refresh the spend of ``ids`` (in flight at this tick; ``finished`` just ended)."""
-        pipe = d.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hmget(d.keys.run(rid), [SPENT_FIELD, COST_FIELD])
-        for rid, (raw, raw_cost) in zip(ids, pipe.execute(), strict=True):
+        rows = d.store.fields_of(ids, SPENT_FIELD, COST_FIELD)
+        for rid, (raw, raw_cost) in zip(ids, rows, strict=True):
             n, cost = int(raw or 0), float(raw_cost or 0.0)
             if rid in finished:
                 self.spent_done += n
@@ -85,7 +82,7 @@ class BatchFlow:
 
 def _count_budget_stop(d: Any, lines: int) -> None:
     """``reactq_flow_budget_stops{scope="batch_line"}`` (the schema the workers write)."""
-    from reactq.shared.metrics_schema import label_field
+    from reactq.shared.stores.metrics_schema import label_field
 
     try:
         d.redis.hincrby(d.keys.metrics("flow_budget_stops"), label_field(["batch_line"]), lines)

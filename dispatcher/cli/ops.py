@@ -7,17 +7,20 @@ import json
 import os
 from pathlib import Path
 
+from typing import Any
+
 import typer
 from rich.table import Table
 
 from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, out, settings, with_model
+from reactq.shared.settings import child_env
 from reactq.shared.errors import ConfigError
 
 
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on"),
-    port: int = typer.Option(8000, "--port", help="port"),
-    log_level: str = typer.Option("info", "--log-level"),
+    port: int = typer.Option(8000, "--port", help="port to listen on"),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level (debug, info, warning, …)"),
     start_workers: bool = typer.Option(False, "--start-workers",
                                        help="start a local worker when none is running"),
 ) -> None:
@@ -31,28 +34,29 @@ def serve(
         # Resolve the embedded server once, here, so the app and its threads share it.
         from reactq.shared.redisconn import redis_url
 
-        os.environ["REACTQ_REDIS_URL"] = redis_url(s)
-    from reactq.dispatcher.viewer import viewer_url
+        s = s.model_copy(update={"redis_url": redis_url(s)})
+    from reactq.dispatcher.http import create_app
+    from reactq.dispatcher.local.viewer import viewer_url
 
     typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
-    uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(s), host=host, port=port, log_level=log_level)
 
 
 def worker(
     ctx: typer.Context,
     queues: str = typer.Option("reactq.runs,reactq.tools", "--queues", "-Q", help="queues to consume"),
     pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="tasks at once (threads)"),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
 ) -> None:
     """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
     # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
-    from reactq.dispatcher.local import worker_command
+    from reactq.dispatcher.local.workers import worker_command
     from reactq.shared.redisconn import redis_url
 
     s = with_model(settings())
-    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
-    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    # The local model's registry when it was chosen; the embedded server's URL when none is set.
+    env = child_env(s, REACTQ_REDIS_URL=redis_url(s))
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
     os.execve(cmd[0], cmd, env)
@@ -60,8 +64,8 @@ def worker(
 
 def down() -> None:
     """Stop the local workers 'reactq run' started and the embedded Valkey server."""
-    from reactq.dispatcher.local import stop_workers
-    from reactq.dispatcher.localmodel import stop_shared_server
+    from reactq.dispatcher.local.workers import stop_workers
+    from reactq.dispatcher.local.model import stop_shared_server
 
     s = settings()
     n = stop_workers(s)
@@ -70,7 +74,7 @@ def down() -> None:
     out.print(f"stopped {n} local worker(s){embedded}{model}")
 
 
-def models(as_json: bool = typer.Option(False, "--json")) -> None:
+def models(as_json: bool = typer.Option(False, "--json", help="print the registry as JSON")) -> None:
     """The model registry (no secrets)."""
     from reactq.shared.llm.registry import load_registry
 
@@ -90,7 +94,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
     out.print(table)
 
 
-def tools(as_json: bool = typer.Option(False, "--json")) -> None:
+def tools(as_json: bool = typer.Option(False, "--json", help="print the tools as JSON")) -> None:
     """The tools runs can use (built-ins + REACTQ_MCP servers + REACTQ_TOOLS)."""
     from reactq.shared.tools.loader import default_registry
 
@@ -98,8 +102,8 @@ def tools(as_json: bool = typer.Option(False, "--json")) -> None:
         reg = default_registry(settings())
     except ConfigError as exc:
         fail(str(exc))
-    rows = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
-             "parameters": t.parameters()} for t in reg]
+    rows: list[dict[str, Any]] = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
+                                   "parameters": t.parameters()} for t in reg]
     if as_json:
         print(json.dumps(rows, ensure_ascii=False))
         return
@@ -121,7 +125,7 @@ def use_of(names: list[str]) -> dict[str, str]:
     """``rpm used / tpm used / in flight`` per model from Redis; empty when it is unreachable."""
     import redis as redis_lib
 
-    from reactq.shared.flow.limiter import FlowLimiter
+    from reactq.shared.stores.flow import FlowLimiter
 
     s = settings()
     if not s.redis_url and not _embedded_running(s.data_dir):

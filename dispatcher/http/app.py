@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis
 from fastapi import APIRouter, FastAPI
 
-from reactq.dispatcher import catalog_http, flow_http, runs_index_http, threads_http, ui_http
+from reactq.dispatcher.http import catalog as catalog_http
+from reactq.dispatcher.http import flow as flow_http
+from reactq.dispatcher.http import runs_index as runs_index_http
+from reactq.dispatcher.http import threads as threads_http
+from reactq.dispatcher.http import ui as ui_http
 from reactq.dispatcher.http import batches, dags, errors, keys, ops, runs
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.auth import KeyAuth
@@ -27,7 +30,6 @@ from reactq.shared.settings import Settings
 
 log = logging.getLogger("reactq.http")
 
-DEFAULT_KEEPALIVE = 15.0
 
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
@@ -56,10 +58,10 @@ def _freeze_startup_objects() -> None:
 
 
 def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:
-    """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` or 15 s."""
+    """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` (15 s)."""
     settings = settings or Settings()
     if keepalive is None:
-        keepalive = float(os.environ.get("REACTQ_SSE_KEEPALIVE", DEFAULT_KEEPALIVE))
+        keepalive = settings.sse_keepalive
     gw = Gateway(settings, keepalive)
 
     @asynccontextmanager

@@ -91,7 +91,7 @@ def _unpriced(d: Any, items: list[Any]) -> JSONResponse | None:
     return None
 
 
-def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]) -> Any:
+def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], object]) -> Any:
     """A batch body → (items, concurrency, token budget and dollar budget from the body or
     None), or a 422."""
     if jsonl:

@@ -9,7 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from reactq.dispatcher import threads_http
+from reactq.dispatcher.http import threads as threads_http
+from reactq.dispatcher.threads import ThreadBusy
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply
 from reactq.dispatcher.http.auth import Caller, RunRead, RunWrite, need
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, InterruptIn, LastEventId
@@ -33,7 +34,7 @@ def create_run(req: RunRequest, gw: GatewayDep, caller: Annotated[Caller, need("
     """Validate and enqueue a run (the caller's tenant's)."""
     try:
         handle = gw.dispatcher.submit(req, tenant=caller.tenant)
-    except threads_http.ThreadBusy as exc:
+    except ThreadBusy as exc:
         return threads_http.busy_reply(exc)
     except TooManyRequests:
         raise  # 429 with Retry-After (the error handler)

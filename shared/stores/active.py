@@ -14,7 +14,7 @@ import time
 import redis
 
 from reactq.shared.keys import Keys
-from reactq.shared.streams import text
+from reactq.shared.stores.streams import text
 
 __all__ = ["ActiveRuns"]
 

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from reactq.shared.keys import Keys
-from reactq.shared.roundtrip import Op
+from reactq.shared.stores.roundtrip import Op
 
 __all__ = ["DAY_TTL", "Reservation", "TenantSpend", "today"]
 

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reactq.shared.errors import ToolError
-from reactq.shared.tools.runner import read_frame, write_frame
+from reactq.shared.tools.frames import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 

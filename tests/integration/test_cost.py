@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from reactq.dispatcher.metrics import snapshot
+from reactq.dispatcher.http.metrics import snapshot
 from reactq.shared.requests import RunRequest
 from tests.integration.flow_kit import FlowCluster
 from tests.scripted_server import reply_text, reply_tool_calls
