@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from reactq.dispatcher.cli.common import EXIT_FAILED, dispatcher, err, fail, out
+from reactq.dispatcher.cli.common import dispatcher, err, fail, out
 
 if TYPE_CHECKING:
     from reactq.shared.stores.keys import ApiKeyStore
@@ -67,7 +67,7 @@ def revoke(key_id: str = typer.Argument(..., help="the key id (key_…)"),
            as_json: bool = typer.Option(False, "--json", help="print the outcome as JSON")) -> None:
     """Revoke a key: refused everywhere within a second."""
     if not _store().revoke(key_id):
-        fail(f"no API key with id {key_id!r}", EXIT_FAILED)
+        fail(f"no API key with id {key_id!r}")  # an id that names nothing: 2
     if as_json:
         print(json.dumps({"key_id": key_id, "revoked": True}), flush=True)
     else:
