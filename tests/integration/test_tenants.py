@@ -227,3 +227,23 @@ def test_past_max_active_runs_is_429_with_retry_after(gateway: Gateway, world: W
     assert world.as_("own", gateway).post("/v1/runs", json={"query": slow}).status_code == 202
     _wait_ended(busy, first.json()["run_id"])
     assert busy.post("/v1/runs", json={"query": slow}).status_code == 202
+
+
+def test_the_python_client_speaks_keys_and_gets_typed_refusals(gateway: Gateway, world: World) -> None:
+    import reactq
+
+    with reactq.Client(gateway.url, api_key=TOKEN) as admin:
+        made = admin.keys.create(tenant="acme", scopes=["runs:read"], name="from the client")
+        assert made.key is not None and made.key.startswith("rq_")
+        assert made.key_id in {k.key_id for k in admin.keys.list().keys}
+    with reactq.Client(gateway.url, api_key=made.key) as reader:
+        assert reader.runs.get(world.ids["run"]).run_id == world.ids["run"]
+        with pytest.raises(reactq.ReactqError) as refused:
+            reader.runs.cancel(world.ids["run"])
+        assert getattr(refused.value, "status_code", None) == 403
+    with reactq.Client(gateway.url, api_key=world.keys["other"]["key"]) as other:
+        with pytest.raises(reactq.ReactqError) as missing:
+            other.runs.get(world.ids["run"])
+        assert getattr(missing.value, "status_code", None) == 404
+    with reactq.Client(gateway.url, api_key=TOKEN) as admin:
+        admin.keys.revoke(made.key_id)
