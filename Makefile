@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-unit test-integration test-browser test-faults test-mcp test-flow bench-p7 bench faults install install-local install-browser \
+.PHONY: demo test test-fuzz test-unit test-integration test-browser test-faults test-mcp test-flow bench-p7 bench faults install install-local install-browser \
 	clean down lint typecheck gates test-rabbitmq test-cluster test-tls test-netns test-scale
 
 $(BIN)/python:
@@ -18,7 +18,7 @@ install-local: install
 	$(BIN)/python -m reactq.dispatcher.local.demo --install-local
 
 test: install
-	$(BIN)/python -m pytest -q -m "not faults and not flow"
+	$(BIN)/python -m pytest -q -m "not faults and not flow and not fuzz"
 
 # The run viewer in headless Chromium (Debian's `chromium`; .ci/run installs it) via Playwright.
 install-browser: install
@@ -32,6 +32,11 @@ test-unit: install
 
 test-integration: install
 	$(BIN)/python -m pytest -q tests/integration
+
+# Schemathesis' stateless checks on every operation of the live gateway's /openapi.json
+# (bounded examples per operation; prints operations, cases, failures).
+test-fuzz: install
+	$(BIN)/python -m pytest -q -s -m fuzz tests/fuzz
 
 # MCP servers (stdio, streamable HTTP, mcp-server-time) as tools, through real workers.
 test-mcp: install

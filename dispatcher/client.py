@@ -208,10 +208,12 @@ class Dispatcher:
         return req
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
-               batch_id: str | None = None, tenant: str = DEFAULT_TENANT) -> RunHandle:
+               batch_id: str | None = None, schedule_id: str | None = None,
+               scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT) -> RunHandle:
         """Validate, store and enqueue a run of ``tenant``. An ``idempotency_key`` the
         tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
-        the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``)."""
+        the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``),
+        ``schedule_id`` under its schedule (with ``scheduled_for``, the tick, on a tick's run)."""
         req = self.validate(request)
         self.check_tenant_cap(req.model, tenant)
         if req.thread_id is not None:
@@ -225,8 +227,9 @@ class Dispatcher:
             run_id = (uuid.uuid4().hex if req.idempotency_key is None
                       else idempotent_id(req.idempotency_key, tenant=tenant))
         self.admit(tenant, run_id)
-        rid, created = self.store.create(run_id, req.model_dump(mode="json", exclude_none=False),
+        rid, created = self.store.create(run_id, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id,
+                                         schedule_id=schedule_id, scheduled_for=scheduled_for,
                                          tenant=tenant)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])

@@ -61,7 +61,7 @@ def embedded_binary() -> str:
 
 
 def start_server(port: int, data_dir: Path, *, binary: str | None = None,
-                 persist: bool = False) -> subprocess.Popen[bytes]:
+                 persist: bool = False, extra_args: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     """Start a Redis-compatible server on 127.0.0.1:``port`` and wait until it answers.
 
     ``persist``: an append-only file under ``data_dir`` (fsync every second), so a restart
@@ -71,7 +71,7 @@ def start_server(port: int, data_dir: Path, *, binary: str | None = None,
     proc = subprocess.Popen(
         [binary or server_binary(), "--port", str(port), "--bind", "127.0.0.1",
          "--dir", str(data_dir.resolve()), "--save", "", *aof,
-         "--protected-mode", "no", "--loglevel", "warning"],
+         "--protected-mode", "no", "--loglevel", "warning", *extra_args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     deadline = time.monotonic() + 10
@@ -225,3 +225,19 @@ def async_client(settings: Settings, **kwargs: Any) -> aioredis.Redis:
 def is_cluster(r: Any) -> bool:
     """True for a cluster client or a cluster pipeline (scripts then go one call per slot)."""
     return isinstance(r, (RedisCluster, AsyncRedisCluster))
+
+
+def check_cluster_mode(r: Any, settings: Settings) -> None:
+    """Refuse a Redis Cluster node named without ``REACTQ_REDIS_CLUSTER=true``: a plain client
+    would start fine, then fail the first command on a key of another slot (``MOVED``).
+    ``INFO cluster`` says; a server that does not know the section is no cluster."""
+    if settings.redis_cluster or is_cluster(r):
+        return
+    try:
+        info = r.info("cluster")
+    except redis.ResponseError:
+        return
+    if str(info.get("cluster_enabled", "0")) == "1":
+        raise ConfigError("REACTQ_REDIS_URL names a node of a Redis Cluster (INFO cluster: cluster_enabled:1): "
+                          "set REACTQ_REDIS_CLUSTER=true (and a broker that is not this cluster: "
+                          "REACTQ_BROKER_URL)")

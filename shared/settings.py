@@ -92,6 +92,12 @@ class Settings(BaseSettings):
     """Tokens a call reserves for its completion when it sets no ``max_tokens``."""
     flow_inline_wait_s: float = Field(0.25, ge=0)
     """A wait for capacity up to this long is waited out in place; longer frees the slot."""
+    connector_rate_limit: int = Field(10, ge=0, le=1_000_000)
+    """The built-in ``rate_limiter`` hook: calls per connector tool (a ``server__tool`` name,
+    e.g. every MCP tool) per ``connector_rate_window_s``, counted in each worker process;
+    0 turns it off (``REACTQ_CONNECTOR_RATE_LIMIT``)."""
+    connector_rate_window_s: float = Field(60.0, gt=0, le=86_400)
+    """The window of ``connector_rate_limit`` in seconds (``REACTQ_CONNECTOR_RATE_WINDOW_S``)."""
     openai_api_key: SecretStr | None = Field(None, validation_alias="OPENAI_API_KEY")
     openai_base_url: str | None = Field(None, validation_alias="OPENAI_BASE_URL")
     # Tools from MCP servers (path of a TOML file, see reactq.shared.tools.mcp.config).
@@ -104,6 +110,13 @@ class Settings(BaseSettings):
     """Seconds between keep-alive comments on an idle event stream (SSE)."""
     flower_url: str | None = None
     """Where the run viewer links to Flower (none: no link)."""
+    # Schedules (``reactq scheduler``): a tick missed while no scheduler ran fires once when
+    # one returns if it is at most this old, else it is skipped and counted.
+    schedule_catchup_s: float = Field(300.0, ge=0)
+    scheduler_lock_timeout_s: float = Field(3.0, gt=0)
+    """celery-redbeat's lock TTL: a standby takes over within about this plus the loop interval."""
+    scheduler_loop_s: float = Field(1.0, gt=0, le=60)
+    """The beat's longest sleep (``beat_max_loop_interval``); also how often a standby tries the lock."""
 
     @property
     def due_seconds(self) -> float:

@@ -18,6 +18,7 @@ from reactq.dispatcher.batch.items import BatchItem, Tally
 from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
+from reactq.shared.stores.listing import batch_index
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class BatchStore:
                tenant: str = DEFAULT_TENANT, cost_budget_usd: float | None = None) -> str:
         batch_id = uuid.uuid4().hex
         now = f"{time.time():.6f}"
+        batch_index(self.r, self.keys, self.ttl).add(batch_id, float(now))  # before the batch
         self.r.hset(self.keys.batch(batch_id), mapping={
             "status": "running", "total": len(items), "concurrency": concurrency, "running": 0,
             "created_at": now, "updated_at": now, "tenant": tenant,

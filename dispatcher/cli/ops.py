@@ -1,10 +1,11 @@
-"""``reactq serve | worker | down`` (the processes) and ``reactq models | tools`` (the
+"""``reactq serve | worker | scheduler | down`` (the processes) and ``reactq models | tools`` (the
 catalogs: the model registry with each model's limits and use, the tools runs can use)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from typing import Any
@@ -60,6 +61,28 @@ def worker(
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
     os.execve(cmd[0], cmd, env)
+
+
+def scheduler(
+    ctx: typer.Context,
+    log_level: str = typer.Option("INFO", "--loglevel", "-l", help="log level (DEBUG, INFO, WARNING, …)"),
+) -> None:
+    """The scheduler that fires schedules' ticks (Celery beat + celery-redbeat's lock).
+
+    Run two or more for fail-over: one holds the lock, the others stand by. Extra arguments
+    go to 'celery beat'."""
+    from reactq.shared.redisconn import redis_url
+
+    s = settings()
+    env = child_env(s, REACTQ_REDIS_URL=redis_url(s))  # the embedded server's URL when none is set
+    cmd = scheduler_command(log_level) + list(ctx.args)
+    os.execve(cmd[0], cmd, env)  # signals reach Celery directly
+
+
+def scheduler_command(log_level: str = "INFO") -> list[str]:
+    """The ``celery beat`` command line of ``reactq scheduler``."""
+    return [sys.executable, "-m", "celery", "-A", "reactq.workers.scheduler.app", "beat",
+            "-S", "reactq.workers.scheduler.beat:ScheduleBeat", "-l", log_level]
 
 
 def down() -> None:

@@ -27,6 +27,7 @@ from fastapi import Depends, Request
 from reactq.dispatcher.http.errors import Forbidden
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
 from reactq.dispatcher.http.middleware import OPEN_PATHS, ASGIApp, Receive, Scope, Send, send_json
+from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
 from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owner_of
@@ -39,9 +40,11 @@ UNAUTHORIZED = "missing, unknown or revoked API key (Authorization: Bearer <key>
 
 
 class KeyAuth:
-    """Every route but the probes and the viewer's static files needs a key."""
+    """Every route but the probes, the viewer's static files and the API's description needs
+    a key (the description and its interactive docs hold no data: ``/docs`` takes a key in
+    its *Authorize* dialog and sends it with every request it tries)."""
 
-    OPEN = (*OPEN_PATHS, "/ui")
+    OPEN = (*OPEN_PATHS, "/ui", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
     # The viewer's static files hold no data: the page must load to show its key prompt.
     OPEN_PREFIXES = ("/ui/",)
 
@@ -66,7 +69,7 @@ class KeyAuth:
             return
         caller = await self._caller(dict(scope.get("headers") or []).get(b"authorization", b""))
         if caller is None:
-            await send_json(send, 401, {"detail": UNAUTHORIZED}, [(b"www-authenticate", b"Bearer")])
+            await send_json(send, 401, error_body(401, UNAUTHORIZED), [(b"www-authenticate", b"Bearer")])
             return
         scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)

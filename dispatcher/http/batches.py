@@ -16,29 +16,38 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from reactq.dispatcher.batch.items import mark_duplicates, parse_obj, parse_text
-from reactq.dispatcher.http.errors import field_error, not_found
+from reactq.dispatcher.http.errors import field_error, not_found, responses
 from reactq.dispatcher.http.auth import BatchRead, Caller, need
-from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.dispatcher.http.gateway import CursorQuery, GatewayDep, LimitQuery
+from reactq.dispatcher.http.middleware import LINE_TYPES
 from reactq.shared.errors import RequestError
 from reactq.shared.inputs import decode_utf8
+from reactq.shared.api.dags import BatchCreated, BatchPage, BatchStatus, BatchStatusName
 from reactq.shared.requests import RunRequest, check_priced
+from reactq.shared.stores.listing import batch_index, batch_row
 
 router = APIRouter(tags=["batches"])
 
-JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
+JSONL_TYPES = LINE_TYPES
 
 
 class BatchIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Many runs at once (JSON); the same as a JSONL body of one ``RunRequest`` per line."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     requests: list[Any] = Field(..., min_length=1, max_length=100_000)
+    """One ``RunRequest`` each (a bad one becomes an ``invalid`` result; the others run)."""
     concurrency: StrictInt = Field(8, ge=1, le=1000)
+    """Runs in flight at most."""
     token_budget: StrictInt | None = Field(None, ge=1)
+    """The batch's cap on tokens: lines not started once it is reached end ``skipped``."""
     cost_budget_usd: float | None = Field(None, gt=0, le=1_000_000)
     """The batch's cap in dollars on its runs' spend (every line's model must have a price)."""
 
 
-@router.post("/v1/batches", status_code=202, openapi_extra={"requestBody": {
+@router.post("/v1/batches", status_code=202, response_model=BatchCreated,
+             responses=responses(413, 415), openapi_extra={"requestBody": {
     "required": True, "content": {
         "application/json": {"schema": BatchIn.model_json_schema()},
         "application/x-ndjson": {"schema": {"type": "string", "description": "one RunRequest per line"}},
@@ -70,7 +79,19 @@ async def create_batch(request: Request, gw: GatewayDep, caller: Annotated[Calle
             "invalid": [{"line": it.line, "id": it.id, "error": it.error} for it in items if it.error]}
 
 
-@router.get("/v1/batches/{batch_id}")
+@router.get("/v1/batches", response_model=BatchPage)
+async def list_batches(gw: GatewayDep, caller: Annotated[Caller, need("runs:read")],
+                       status: Annotated[BatchStatusName | None, Query()] = None,
+                       limit: LimitQuery = 50, cursor: CursorQuery = None) -> Any:
+    """HTTP batches, newest first, filtered by status, a page at a time (cursors as for runs);
+    an admin key lists every tenant's, any other key its own tenant's."""
+    index = batch_index(gw.dispatcher.redis, gw.keys, gw.settings.run_ttl_seconds)
+    page = await asyncio.to_thread(index.page, status=status, limit=limit, cursor=cursor,
+                                   tenant=None if caller.admin else caller.tenant)
+    return BatchPage(batches=[batch_row(r) for r in page["rows"]], next_cursor=page["next_cursor"])
+
+
+@router.get("/v1/batches/{batch_id}", response_model=BatchStatus, responses=responses(404))
 def get_batch(batch_id: BatchRead, gw: GatewayDep,
               results: bool = Query(False, description="include the result lines")) -> Any:
     """Progress: done / succeeded / failed / invalid / running / queued, tokens."""

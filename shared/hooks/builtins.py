@@ -15,7 +15,8 @@ instances; ``make_result_truncator``, ``make_rate_limiter`` build fresh ones wit
 limits (and, for tests, another clock). :func:`builtin_hooks` returns fresh instances of
 the three S36f hooks — what :func:`reactq.shared.hooks.loader.default_hooks` registers.
 
-The rate limiter's counters live in memory, so with Celery the limit holds **per worker
+Workers build the rate limiter from ``REACTQ_CONNECTOR_RATE_LIMIT`` (calls, default 10; 0 turns
+it off) and ``REACTQ_CONNECTOR_RATE_WINDOW_S`` (seconds, default 60). Its counters live in memory, so with Celery the limit holds **per worker
 process**, not across the cluster. Connector tools are the ones whose name contains
 ``__`` (``github__create_issue``); others are never limited.
 
@@ -167,9 +168,12 @@ rate_limiter: Hook = make_rate_limiter()
 connector_call_logger: Hook = make_connector_call_logger()
 
 
-def builtin_hooks() -> list[Hook]:
-    """Fresh instances of the S36f built-ins (a new rate-limit window each call)."""
-    return [make_result_truncator(), make_rate_limiter(), make_connector_call_logger()]
+def builtin_hooks(*, rate_limit: int = 10, rate_window_s: float = 60.0) -> list[Hook]:
+    """Fresh instances of the S36f built-ins (a new rate-limit window each call): the rate
+    limiter allows ``rate_limit`` calls per connector tool per ``rate_window_s``, and is left
+    out when ``rate_limit`` is 0 (``REACTQ_CONNECTOR_RATE_LIMIT``)."""
+    limiter = [make_rate_limiter(rate_limit, rate_window_s)] if rate_limit > 0 else []
+    return [make_result_truncator(), *limiter, make_connector_call_logger()]
 
 
 # --------------------------------------------------------------------------- policy examples

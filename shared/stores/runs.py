@@ -119,7 +119,8 @@ class RunStore:
 
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
-               batch_id: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[str, bool]:
+               batch_id: str | None = None, schedule_id: str | None = None,
+               scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
@@ -130,6 +131,9 @@ class RunStore:
         ``reactq.shared.stores.idempotency``), so a key never points at no run. With a key, pass the
         id ``idempotent_id(key)`` names: the record is written only if absent, so the retry
         of a submitter killed before its claim finds and claims the run it wrote.
+
+        A schedule's run records ``schedule_id`` (and, for a tick, ``scheduled_for``: the
+        nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{id}``.
         """
         now = time.time()
         key = self.keys.run(run_id)
@@ -141,11 +145,15 @@ class RunStore:
             fields["batch_id"] = batch_id
         if thread_id:
             fields["thread_id"] = thread_id
+        if schedule_id:
+            fields["schedule_id"] = schedule_id
+        if scheduled_for:
+            fields["scheduled_for"] = scheduled_for
         due = {run_member(run_id): deadline_ms(self.due_seconds)}
         pipe = self.r.pipeline(transaction=False)  # one round trip on one server
         if idempotency_key is None:
             pipe.hset(key, mapping=fields)
-            self._index(pipe, run_id, now, batch_id, thread_id, tenant)
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id)
             # Due from the moment it exists (its first message may be lost with a worker).
             pipe.zadd(self.keys.due, due)
             pipe.execute()
@@ -156,7 +164,7 @@ class RunStore:
         wrote = write_if_absent(self.r, key, fields)
         # A creator killed between its write and its index rows left a run the listing (and
         # a resumed batch's count) would miss: its retry adds the rows that are missing.
-        self._index(pipe, run_id, now, batch_id, thread_id, tenant, missing_only=not wrote)
+        self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, missing_only=not wrote)
         pipe.execute()
         existing = claim(self.r, self.keys.idem(idempotency_key, tenant), run_id, self._index_ttl)
         if existing is None:
@@ -174,7 +182,7 @@ class RunStore:
         return existing, False
 
     def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
-               tenant: str, *, missing_only: bool = False) -> None:
+               tenant: str, schedule_id: str | None = None, *, missing_only: bool = False) -> None:
         """The run's rows in the run index (``reactq.shared.stores.runs_index``); a thread's
         row under the tenant's name for it (``tenancy.thread_key``). ``missing_only``: the run
         existed already (a retry): add only rows that are not there, never its status row."""
@@ -183,7 +191,8 @@ class RunStore:
             pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
-                     ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []):
+                     ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []) + \
+                     ([self.keys.runs_schedule(schedule_id)] if schedule_id else []):
             pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.expire(index, self._index_ttl)
 
@@ -229,13 +238,17 @@ class RunStore:
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
         fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq",
-                              "tenant")
+                              "schedule_id", "scheduled_for", "tenant")
         if fields[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        status, created, updated, result, pub, tenant = (None if v is None else text(v) for v in fields)
-        return {"run_id": run_id, "status": status, "tenant": owner_of(tenant), "created_at": float(created or 0),
-                "updated_at": float(updated or 0), "events": int(pub or 0),
-                "result": json.loads(result) if result else None}
+        status, created, updated, result, pub, schedule_id, scheduled_for, tenant = (
+            None if v is None else text(v) for v in fields)
+        out = {"run_id": run_id, "status": status, "tenant": owner_of(tenant), "created_at": float(created or 0),
+               "updated_at": float(updated or 0), "events": int(pub or 0),
+               "result": json.loads(result) if result else None}
+        if schedule_id:  # a schedule's run says so (a tick's also which tick)
+            out.update(schedule_id=schedule_id, scheduled_for=scheduled_for)
+        return out
 
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event], *,
                turn_began: float | None = None, ops: list[Op] | None = None,

@@ -92,16 +92,17 @@ def check_command(argv: list[str]) -> None:
 
 # -- Procfile ----------------------------------------------------------------------------
 
-def test_the_procfile_has_the_four_process_types():
-    assert set(procfile()) == {"web", "worker", "toolworker", "flower"}
+def test_the_procfile_has_the_five_process_types():
+    assert set(procfile()) == {"web", "worker", "toolworker", "scheduler", "flower"}
     entries = {k: argv_of(v) for k, v in procfile().items()}
     assert entries["web"][:2] == ["reactq", "serve"]
     assert entries["worker"][:2] == ["reactq", "worker"]
     assert entries["toolworker"][entries["toolworker"].index("--queues") + 1] == "reactq.tools"
     assert entries["flower"][:4] == ["celery", "-A", "reactq.workers.app", "flower"]
+    assert entries["scheduler"] == ["reactq", "scheduler"]
 
 
-@pytest.mark.parametrize("name", ["web", "worker", "toolworker", "flower"])
+@pytest.mark.parametrize("name", ["web", "worker", "toolworker", "scheduler", "flower"])
 def test_each_procfile_command_exists(name):
     check_command(argv_of(procfile()[name]))
 
@@ -140,7 +141,7 @@ def test_k8s_objects_are_well_formed():
 
 def test_k8s_deployments_select_their_pods_request_resources_and_run_existing_commands():
     deployments = {d["metadata"]["name"]: d for d in k8s_docs() if d["kind"] == "Deployment"}
-    assert {"reactq-web", "reactq-worker", "reactq-toolworker", "reactq-flower"} <= set(deployments)
+    assert {"reactq-web", "reactq-worker", "reactq-toolworker", "reactq-scheduler", "reactq-flower"} <= set(deployments)
     for name, dep in deployments.items():
         selector = dep["spec"]["selector"]["matchLabels"]
         labels = dep["spec"]["template"]["metadata"]["labels"]
@@ -180,12 +181,13 @@ def test_the_autoscaling_example_scales_workers_on_queue_length():
     assert {t["metadata"]["listName"] for o in scaled for t in o["spec"]["triggers"]} == QUEUES
 
 
-def test_compose_runs_redis_web_two_workers_a_toolworker_and_flower():
+def test_compose_runs_redis_web_two_workers_a_toolworker_schedulers_and_flower():
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"redis", "web", "worker", "toolworker", "flower"} <= set(services)
+    assert {"redis", "web", "worker", "toolworker", "scheduler", "flower"} <= set(services)
     assert services["worker"]["deploy"]["replicas"] == 2
-    for name in ("web", "worker", "toolworker", "flower"):
+    assert services["scheduler"]["command"] == ["reactq", "scheduler"]
+    for name in ("web", "worker", "toolworker", "scheduler", "flower"):
         svc = services[name]
         check_command(svc["command"])
         assert svc["environment"]["REACTQ_REDIS_URL"].startswith("redis://redis:")
