@@ -33,7 +33,7 @@ from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
 from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owner_of
 
 __all__ = ["BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
-           "RunRead", "RunWrite", "caller_of", "need", "owned"]
+           "RunRead", "RunWrite", "ScheduleRead", "ScheduleWrite", "caller_of", "need", "owned"]
 
 _TOKEN_CALLER = Caller(DEFAULT_TENANT, frozenset({ADMIN}), key_id="REACTQ_API_TOKEN")
 UNAUTHORIZED = "missing, unknown or revoked API key (Authorization: Bearer <key>)"
@@ -113,15 +113,16 @@ def need(scope: str) -> Any:
     return Depends(dep)
 
 
-async def owned(request: Request, gw: Gateway, hash_key: str, scope: str, what: str, ident: str) -> Caller:
-    """The caller, if it has ``scope`` and may see the record ``hash_key`` (a hash with
-    ``status`` and ``tenant`` fields); 403 / 404 otherwise — another tenant's record is
-    exactly as absent as one that never existed."""
+async def owned(request: Request, gw: Gateway, hash_key: str, scope: str, what: str, ident: str,
+                *, present: str = "status") -> Caller:
+    """The caller, if it has ``scope`` and may see the record ``hash_key`` (a hash with a
+    ``present`` field — ``status`` for runs, DAGs and batches — and ``tenant``); 403 / 404
+    otherwise: another tenant's record is exactly as absent as one that never existed."""
     caller = caller_of(request)
     if not caller.may(scope):
         raise Forbidden(scope)
-    status, tenant = await gw.aredis.hmget(hash_key, ["status", "tenant"])
-    if status is None or not caller.sees(owner_of(tenant)):
+    found, tenant = await gw.aredis.hmget(hash_key, [present, "tenant"])
+    if found is None or not caller.sees(owner_of(tenant)):
         raise RunNotFound(f"no {what} with id {ident!r} (it may have expired)")
     return caller
 
@@ -147,9 +148,18 @@ def _batch(scope: str) -> Any:
     return Depends(dep)
 
 
+def _schedule(scope: str) -> Any:
+    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep) -> str:
+        await owned(request, gw, gw.keys.schedule(schedule_id), scope, "schedule", schedule_id, present="spec")
+        return schedule_id
+    return Depends(dep)
+
+
 RunRead = Annotated[str, _run("runs:read")]
 RunWrite = Annotated[str, _run("runs:write")]
 DagRead = Annotated[str, _dag("runs:read")]
 DagWrite = Annotated[str, _dag("dags:write")]
 BatchRead = Annotated[str, _batch("runs:read")]
 BatchWrite = Annotated[str, _batch("batches:write")]
+ScheduleRead = Annotated[str, _schedule("runs:read")]
+ScheduleWrite = Annotated[str, _schedule("schedules:write")]

@@ -15,7 +15,7 @@ from pydantic import Field, ValidationError
 
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply, responses
-from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, LastEventId
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, LastEventId
 from reactq.dispatcher.http.sse import SSE_RESPONSE, events_response
 from reactq.dispatcher.threads import ThreadBusy
 from reactq.dispatcher.http.auth import Caller, RunRead, RunWrite, need

@@ -5,6 +5,7 @@ key}; lists, threads and idempotency keys per tenant; no secret in Redis or the 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from tests.scripted_server import reply_text
 
 pytestmark = pytest.mark.integration
 TOKEN = "tenants-admin-token-3f9c2e"
-WRITE_SCOPES = ["runs:read", "runs:write", "batches:write", "dags:write"]
+WRITE_SCOPES = ["runs:read", "runs:write", "batches:write", "dags:write", "schedules:write"]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def world(gateway: Gateway, llm: Any) -> Iterator[World]:
     admin = client(gateway, TOKEN)
     keys = {"own": _key(admin, "acme", WRITE_SCOPES, "acme app"),
             "other": _key(admin, "beta", WRITE_SCOPES, "beta app"),
-            "wrong_scope": _key(admin, "acme", ["schedules:write"], "acme scheduler"),
+            "wrong_scope": _key(admin, "acme", ["approvals:write"], "acme approver"),
             "revoked": _key(admin, "acme", WRITE_SCOPES, "acme old")}
     assert admin.delete(f"/v1/keys/{keys['revoked']['key_id']}").status_code == 200
     own = client(gateway, keys["own"]["key"])
@@ -81,7 +82,12 @@ def world(gateway: Gateway, llm: Any) -> Iterator[World]:
     live = own.post("/v1/runs", json={"query": live_q}).json()["run_id"]
     dag = own.post("/v1/dags", json={"goal": "g", "steps": [{"id": "a", "task": live_q}]}).json()["dag_id"]
     batch = own.post("/v1/batches", json={"requests": [{"query": q}]}).json()["batch_id"]
-    yield World(admin, keys, {"run": run_id, "live": live, "dag": dag, "batch": batch, "thread": "t1"})
+    sid = f"acme-nightly-{uuid.uuid4().hex[:6]}"
+    made = own.post("/v1/schedules", json={
+        "schedule_id": sid, "cron": "30 2 * * *", "paused": True, "run": {"query": q}})
+    assert made.status_code == 201, made.text
+    yield World(admin, keys, {"run": run_id, "live": live, "dag": dag, "batch": batch, "thread": "t1",
+                              "schedule": sid})
     own.post(f"/v1/runs/{live}/cancel")
     own.post(f"/v1/dags/{dag}/cancel")
 
@@ -100,10 +106,15 @@ ID_ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/v1/batches/{batch}/cancel", None, "batches:write"),
     ("POST", "/v1/runs/{live}/cancel", None, "runs:write"),
     ("POST", "/v1/dags/{dag}/cancel", None, "dags:write"),
+    ("GET", "/v1/schedules/{schedule}", None, "runs:read"),
+    ("PATCH", "/v1/schedules/{schedule}", {"paused": True}, "schedules:write"),
 ]
 # Routes without an id: what each key may do.
 DOOR_ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/v1/runs", None, "runs:read"),
+    ("GET", "/v1/dags", None, "runs:read"),
+    ("GET", "/v1/batches", None, "runs:read"),
+    ("GET", "/v1/schedules", None, "runs:read"),
     ("POST", "/v1/runs", {"query": "q", "tools": ["no-such-tool"]}, "runs:write"),
     ("POST", "/v1/dags", {"goal": "g", "tools": ["no-such-tool"]}, "dags:write"),
     ("POST", "/v1/batches", {"requests": [{"query": "q", "tools": ["no-such-tool"]}]}, "batches:write"),
