@@ -101,3 +101,10 @@ def test_the_price_check_prints_what_the_page_says(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0.00168"
     assert "which prints `0.00168`" in (ROOT / "docs" / "cost.md").read_text()
+
+
+def test_the_403_body_on_the_page_is_the_gateways() -> None:
+    from reactq.dispatcher.http.errors import forbidden
+
+    (shown,) = [json.loads(code) for lang, _, code in blocks("tenants.md") if lang == "json"]
+    assert shown == json.loads(bytes(forbidden("runs:write").body))
