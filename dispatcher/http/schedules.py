@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from reactq.dispatcher.http.errors import conflict, field_error
+from reactq.dispatcher.http.errors import conflict, field_error, responses
 from reactq.dispatcher.http.auth import Caller, ScheduleRead, ScheduleWrite, need
 from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.dispatcher.schedules import ScheduleExists, Schedules
@@ -71,7 +71,7 @@ def _schedules(request: Request, gw: Any) -> Schedules:
     return svc
 
 
-@router.post("/v1/schedules", status_code=201, response_model=ScheduleView)
+@router.post("/v1/schedules", status_code=201, response_model=ScheduleView, responses=responses(409))
 def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep,
                     caller: Annotated[Caller, need("schedules:write")]) -> Any:
     """A new schedule of the caller's tenant → ``{schedule_id, next_fire_times: [5 × ISO-8601
