@@ -47,7 +47,7 @@ class TooManyRequests(RequestError):
 
 
 class StructuredOutputError(ReactqError, ValueError):
-    """All structured extraction levels failed (SPEC S27)."""
+    """All structured extraction levels failed."""
 
 
 class ToolNotFound(ReactqError):

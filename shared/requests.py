@@ -1,4 +1,4 @@
-"""Requests accepted at the door: ``RunRequest`` and ``DagRequest`` (DESIGN.md "Public contract").
+"""Requests accepted at the door: ``RunRequest`` and ``DagRequest``.
 
 Validation happens here, before anything is enqueued; errors name the field and the limit.
 Checks that need the registries (unknown model or tool names) are in ``check_run_request``.
@@ -48,7 +48,7 @@ class RunRequest(BaseModel):
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
     """A retry with the same key answers the first run (``created: false``) instead of a new one."""
     thread_id: str | None = Field(None, min_length=1, max_length=200, pattern=THREAD_ID_PATTERN)
-    """Runs with one thread id share a conversation (DESIGN "Threads and double texting")."""
+    """Runs with one thread id share a conversation."""
     multitask_strategy: MultitaskStrategy = "inject"
     """What this run does while another run of its thread is active."""
     priority: Priority = "interactive"

@@ -11,12 +11,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from reactq.dispatcher.http.errors import conflict, field_error, responses
 from reactq.dispatcher.http.auth import Caller, ScheduleRead, ScheduleWrite, need
 from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.dispatcher.schedules import ScheduleExists, Schedules
+from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.errors import RequestError
 from reactq.shared.schedule.models import MAX_PREVIEW, PREVIEW, ScheduleRequest, SchedulePatch
 from reactq.shared.schedule.times import parse_instant
@@ -24,44 +25,6 @@ from reactq.shared.schedule.times import parse_instant
 router = APIRouter(tags=["schedules"])
 #: Schedules on one page of ``GET /v1/schedules``.
 MAX_LIST = 500
-
-
-class ScheduleView(BaseModel):
-    """A schedule as the routes answer it."""
-
-    model_config = ConfigDict(extra="allow")
-
-    schedule_id: str
-    cron: str | None
-    interval_s: int | None
-    timezone: str
-    run: dict[str, Any]
-    overlap: str
-    paused: bool
-    next_fire_times: list[str]
-    """ISO-8601 UTC: 5 after now, or ``count`` after ``from``."""
-    next_tick: str | None
-    """The next tick the scheduler will handle (null while paused)."""
-    last_fired_at: str | None
-    last_run_id: str | None
-    skipped: int
-    """Ticks skipped by the overlap policy or the catch-up window."""
-    fired: int
-    last_error: str | None
-    created_at: float
-    updated_at: float
-
-
-class ScheduleList(BaseModel):
-    schedules: list[ScheduleView]
-    next_cursor: str | None = None
-
-
-class Triggered(BaseModel):
-    schedule_id: str
-    run_id: str
-    events_url: str
-    status_url: str
 
 
 def _schedules(request: Request, gw: Any) -> Schedules:

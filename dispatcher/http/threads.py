@@ -1,4 +1,4 @@
-"""HTTP routes for threads (DESIGN "Threads and double texting"), included by the gateway.
+"""HTTP routes for threads, included by the gateway.
 
 * ``GET /v1/threads/{thread_id}`` → ``ThreadView`` (``{thread_id, active_run, runs: [{run_id,
   status, query, created_at}], messages: [{role, content}]}``), runs oldest first; ``messages``

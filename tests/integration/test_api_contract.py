@@ -45,6 +45,7 @@ from reactq.shared.api import (
     parse_event,
 )
 from reactq.shared.api.errors import ERROR_CODES
+from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.ops import FlowModels
 from tests.integration.conftest import worker_env
 from tests.integration.test_gateway import Gateway, read_sse, start_gateway, stop_gateway
@@ -168,6 +169,20 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
                     json={"requests": [{"query": slow}], "concurrency": 1})
     check("POST", "/v1/batches/{batch_id}/cancel", BatchCancelling, 202, f"/v1/batches/{running.batch_id}/cancel")
 
+    made: ScheduleView = check("POST", "/v1/schedules", ScheduleView, 201,
+                               json={"interval_s": 3600, "run": {"query": "contract schedule"}, "paused": True})
+    sid = made.schedule_id
+    check("POST", "/v1/schedules", ErrorResponse, 409,
+          json={"schedule_id": sid, "interval_s": 60, "run": {"query": "again"}})
+    check("GET", "/v1/schedules/{schedule_id}", ScheduleView, 200, f"/v1/schedules/{sid}",
+          params={"from": "2027-03-27T00:00:00Z", "count": 3})
+    schedules: ScheduleList = check("GET", "/v1/schedules", ScheduleList, 200, params={"limit": 500})
+    assert sid in [s.schedule_id for s in schedules.schedules]
+    check("PATCH", "/v1/schedules/{schedule_id}", ScheduleView, 200, f"/v1/schedules/{sid}",
+          json={"paused": False, "interval_s": 7200})
+    check("POST", "/v1/schedules/{schedule_id}/trigger", Triggered, 202, f"/v1/schedules/{sid}/trigger")
+    check("DELETE", "/v1/schedules/{schedule_id}", None, 204, f"/v1/schedules/{sid}")
+
     check("GET", "/healthz", Health, 200)
     check("GET", "/readyz", Readiness, 200)
     check("GET", "/metrics", None, 200)
@@ -221,7 +236,9 @@ def test_the_error_corpus_answers_one_shape(api: httpx.Client, gateway: Gateway,
                     assert_error_shape(res, spec, method, template)
                     assert res.json()["error"]["field"].endswith("_id")
                     calls += 1
-                res = api.request(method, _path(template, "nope"), json={"content": "x"})
+                # A body every route of the id accepts (an interrupt's, or a change of nothing).
+                body = {} if method == "patch" else {"content": "x"}
+                res = api.request(method, _path(template, "nope"), json=body)
                 assert res.status_code == 404, (method, template, res.text[:200])
                 assert_error_shape(res, spec, method, template)
                 calls += 1

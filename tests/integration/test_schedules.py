@@ -34,7 +34,8 @@ def http(site: Site) -> Iterator[TestClient]:
 
 def _loc(resp: Any) -> list[str]:
     assert resp.status_code == 422, resp.text
-    return [".".join(str(p) for p in d["loc"]) for d in resp.json()["detail"]]
+    return [".".join(str(p) for p in (d.get("location"), d.get("field")) if p)
+            for d in resp.json()["error"]["details"]]
 
 
 def test_bad_schedules_are_refused_at_the_door_naming_the_field(http: TestClient):

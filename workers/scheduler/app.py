@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
@@ -42,4 +42,20 @@ def make_app(settings: Settings) -> Celery:
     return app
 
 
-app = make_app(Settings())
+def _app() -> Celery:
+    """The beat's app; importing it starts and reaches nothing: without a Redis URL it is left
+    unconfigured, and a beat started so says what to set (``reactq scheduler`` sets it)."""
+    settings = Settings()
+    if settings.redis_url:
+        return make_app(settings)
+    unconfigured = Celery("reactq-scheduler")
+
+    def refuse(**_: object) -> None:
+        raise ConfigError("REACTQ_REDIS_URL is not set: point it at the Redis the workers use, "
+                          "or start the scheduler with `reactq scheduler`")
+
+    signals.beat_init.connect(refuse, weak=False)
+    return unconfigured
+
+
+app = _app()
