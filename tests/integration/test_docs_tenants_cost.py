@@ -108,3 +108,14 @@ def test_the_403_body_on_the_page_is_the_gateways() -> None:
 
     (shown,) = [json.loads(code) for lang, _, code in blocks("tenants.md") if lang == "json"]
     assert shown == json.loads(bytes(forbidden("runs:write").body))
+
+
+def test_the_budget_event_on_the_page_is_the_engines() -> None:
+    from reactq.shared.engine import flowcontrol
+    from reactq.shared.engine.state import RunState
+
+    (shown,) = [json.loads(code) for lang, _, code in blocks("cost.md") if lang == "json"]
+    state = RunState(run_id="r", query="q", model="m", mode="native", max_iterations=5, cost_budget_usd=0.05)
+    error = flowcontrol.stop_for_cost(state, 0.0512, 0.05, "run", now=0.0)[0]
+    assert error.channel == "error"
+    assert {k: v for k, v in error.data.items() if k != "seq"} == shown
