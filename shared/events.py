@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done"]
-CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done")
+Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail"]
+CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done", "guardrail")
 TERMINAL_CHANNEL = "done"
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from reactq.shared.engine.output import check_schema
 from reactq.shared.errors import RequestError
 
 Mode = Literal["auto", "json", "native"]
@@ -58,6 +59,13 @@ class RunRequest(BaseModel):
     cost_budget_usd: float | None = Field(None, gt=0, le=1_000_000)
     """The run's cap in US dollars (every call priced); reached ⇒ the summary path. Its
     model must have a price (else 422 at the door)."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema (draft 2020-12, at most 64 KB): the answer is then JSON valid against it."""
+
+    @field_validator("output_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else check_schema(v)
 
     @field_validator("query")
     @classmethod
@@ -107,6 +115,13 @@ class DagRequest(BaseModel):
     """Free-form; passed to the steps' runs."""
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
     """A retry with the same key answers the first DAG instead of a new one."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema (as for runs) for the DAG's final answer."""
+
+    @field_validator("output_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else check_schema(v)
 
 
 def check_names(field: str, names: list[str] | None, known: list[str], what: str) -> None:

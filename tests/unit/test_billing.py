@@ -64,3 +64,20 @@ async def test_an_unpriced_model_reports_tokens_and_no_cost() -> None:
 
     assert out.done["usage"]["total_tokens"] == 10
     assert out.done["usage"]["cost_usd"] == 0.0
+
+
+async def test_a_guarded_answers_synthesis_counts_too() -> None:
+    """With an ``ANSWER`` guardrail the synthesis is held back until checked: still billed."""
+    from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
+
+    async def passes(ctx: HookContext) -> HookResult:
+        return HookResult()
+
+    llm = ScriptedLLM([final("ok", usage={"prompt_tokens": 20, "completion_tokens": 7}),
+                       text("synth", usage={"prompt_tokens": 1000, "completion_tokens": 100})], price=PRICE)
+
+    out = await run(llm, [], hooks=[Hook(name="check", hook_point=HookPoint.ANSWER, handler=passes)],
+                    completion_check=False)
+
+    assert out.done["usage"]["llm_calls"] == 2
+    assert out.done["usage"]["cost_usd"] == (1020 * 2.5 + 107 * 10) / 1e6
