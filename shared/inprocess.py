@@ -74,6 +74,7 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     )
     state.priority = request.priority
     state.token_budget = request.token_budget
+    state.cost_budget_usd = request.cost_budget_usd
     state.output_schema = request.output_schema
     if request.approval is not None:
         state.approval = request.approval.model_dump(mode="json")

@@ -17,6 +17,12 @@ its id and the run's Lua scripts touch one slot, on one shard.
 |   field approval:<approval_id> → JSON approval record (``shared/stores/approvals.py``)
 | ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run; none while a call waits |
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
+|   a tenant other than ``default``: ``idem@<tenant>:{key}``
+| ``runs:tenant:{tenant}``          | zset   | dispatcher            | like ``runs``               |
+| ``apikey:{sha256}``               | hash   | keys store            | none (deleted on revoke)    |
+| ``apikeys``                       | hash   | keys store            | none (key id → public JSON) |
+| ``tenant:{t}:spend:{day}``        | hash   | LLM middleware        | 2 days (dollars, reservations) |
+| ``tenant:{t}:active``             | zset   | dispatcher, workers   | none (active run ids)       |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
 | ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
 | ``runs:batch:{id}``, ``runs:thread:{id}``, ``runs:schedule:{id}`` | zset | create | refreshed at each create |
@@ -112,8 +118,31 @@ class Keys:
                 self.run_tools(run_id)]
 
     # -- cross-run --------------------------------------------------------------------
-    def idem(self, key: str) -> str:
-        return f"{self.prefix}idem:{{{key}}}"
+    def idem(self, key: str, tenant: str = "default") -> str:
+        """An idempotency key; a tenant other than ``default`` has its own names."""
+        scope = "" if tenant == "default" else f"@{tenant}"
+        return f"{self.prefix}idem{scope}:{{{key}}}"
+
+    def runs_tenant(self, tenant: str) -> str:
+        """The run index of one tenant (``GET /v1/runs`` for a tenant's key)."""
+        return f"{self.prefix}runs:tenant:{tenant}"
+
+    def api_key(self, digest: str) -> str:
+        """An API key's record, by the SHA-256 of its secret (the secret is never stored)."""
+        return f"{self.prefix}apikey:{{{digest}}}"
+
+    @property
+    def api_keys(self) -> str:
+        """Every API key's public record by key id (hash: key_id → JSON)."""
+        return f"{self.prefix}apikeys"
+
+    def tenant_spend(self, tenant: str, day: str) -> str:
+        """A tenant's dollars spent on one UTC day (hash: spent, reserved:<call>)."""
+        return f"{self.prefix}tenant:{{{tenant}}}:spend:{day}"
+
+    def tenant_active(self, tenant: str) -> str:
+        """A tenant's active runs (zset: run id → created_at), for ``max_active_runs``."""
+        return f"{self.prefix}tenant:{{{tenant}}}:active"
 
     @property
     def runs(self) -> str:

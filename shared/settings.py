@@ -163,7 +163,11 @@ class Settings(BaseSettings):
     worker_alive_file: Path | None = None
     """A worker touches this file when ready and every heartbeat (2 s): a liveness probe checks it is recent."""
     api_token: SecretStr | None = None
-    """Bearer token the HTTP gateway requires on every route but ``/healthz`` and ``/readyz``. Unset: the gateway is open."""
+    """Bearer token the HTTP gateway requires on every route but ``/healthz`` and ``/readyz``
+    (the ``admin`` key of tenant ``default``). Unset: the gateway is open."""
+    tenants: Path | None = None
+    """A TOML file of tenants' quotas: ``[tenants.NAME] max_active_runs, rpm, tpm,
+    cost_per_day_usd`` (``reactq.shared.tenants``)."""
     max_body_bytes: int = Field(1_000_000, ge=1024)
     """The largest request body the gateway accepts (413 above it)."""
     max_interrupt_chars: int = Field(20_000, ge=1)

@@ -8,6 +8,7 @@
 ``dags``           ``dag PLAN.json | --goal TEXT``; ``dag_ids``: ``dag status|watch|cancel``
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
 ``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
+``keys``           ``keys create|list|revoke`` (API keys of tenants)
 ``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
 ``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
@@ -39,7 +40,7 @@ from typing import Any
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import approvals, batches, listing, ops, runs, schedules, threads
+from reactq.dispatcher.cli import approvals, batches, keys, listing, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -118,6 +119,7 @@ for approval_command in (approvals.approvals, approvals.approve, approvals.rejec
 # The older name of 'reactq batch cancel BATCH_ID', kept working (not listed).
 app.command("batch-cancel", hidden=True)(batches.batch_cancel)
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """``/ui``: the run viewer, static files shipped in the package, a router the gateway includes.
 
 The page and its script hold no data, so they load without the token (the gateway's
-``BearerAuth`` leaves ``/ui`` open); everything they show comes from the API with the
+``KeyAuth`` leaves ``/ui`` open); everything they show comes from the API with the
 token the user typed (kept in ``sessionStorage``, sent as ``Authorization: Bearer``, never
 in a URL). ``GET /v1/ui/config`` (behind the token like every API route) tells the page
 whether a Flower URL is configured (``REACTQ_FLOWER_URL``).

@@ -134,7 +134,8 @@
       } else if (channel === "done") {
         if (!answer.querySelector(".delta") && d.answer) answer.append(h("span", { class: "delta" }, d.answer));
         footer.replaceChildren(RQ.badge(d.status), h("span", {}, `${d.iterations} iterations`),
-          h("span", {}, `${RQ.tokens(d.usage)} tokens`), h("span", {}, RQ.fmtSecs(d.elapsed)));
+          h("span", {}, `${RQ.tokens(d.usage)} tokens`), ...(RQ.cost(d.usage) ? [h("span", {}, RQ.cost(d.usage))] : []),
+          h("span", {}, RQ.fmtSecs(d.elapsed)));
         setStatus(d.status);
       }
     }

@@ -24,7 +24,7 @@ class RunResult:
     answer: str
     status: str
     iterations: int
-    usage: dict[str, int]
+    usage: dict[str, Any]
     elapsed: float
     error: str | None
     mode: str

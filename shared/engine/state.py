@@ -130,6 +130,10 @@ class RunState(BaseModel):
     """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
     approval: dict[str, Any] | None = None
     """RunRequest.approval (``ApprovalPolicy`` as JSON): which calls wait for a person."""
+    tenant: str = "default"
+    """Who owns the run (the key that made it): its quotas, its cost metrics."""
+    cost_budget_usd: float | None = None
+    """RunRequest.cost_budget_usd: the run's cap in dollars (checked before each call)."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
     output_schema: dict[str, Any] | None = None

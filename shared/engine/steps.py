@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reactq.shared.engine import answers, ending, guard, loop
+from reactq.shared.engine import answers, billing, ending, guard, loop
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
@@ -31,6 +31,7 @@ from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint, HookRegistry
 from reactq.shared.llm.base import LLM, ability, answer_synthesis, max_tool_turns
+from reactq.shared.models import Usage
 from reactq.shared.settings import EngineConfig
 from reactq.shared.tools.base import ToolRegistry
 
@@ -97,11 +98,13 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
         await io.publish([loop.selecting_event(state)])
         available = deps.registry.filtered(state.available_tools)
         # On a thread, "and the other one?" needs the conversation to pick tools (the previous-conversation block).
-        selected = await select_tools(
-            deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
-            max_tools=deps.config.tool_selection_max,
-            desc_length=deps.config.compact_catalog_desc_length,
-        )
+        with billing.tally() as bill:
+            selected = await select_tools(
+                deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
+                max_tools=deps.config.tool_selection_max,
+                desc_length=deps.config.compact_catalog_desc_length,
+            )
+        state.usage = state.usage + bill.usage
     loop.set_tools(state, selected)
     loop.start(state, deps.schemas(state), now=deps.clock())
     return advanced(state, events, SelectTools())
@@ -112,7 +115,9 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     await io.publish(loop.begin_turn(state))
     events: list[Event] = []
     if deps.guard is not None:
-        compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
+        with billing.tally() as bill:
+            compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
+        state.usage = state.usage + bill.usage
         events += loop.apply_compaction(state, compacted)
     turns = max_tool_turns(deps.llm)
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),
@@ -196,6 +201,8 @@ async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallb
     parts: list[str] = []
     try:
         async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
+            if chunk.usage:  # the synthesis is billed like any call: part of the run's usage
+                state.usage = state.usage + Usage.from_dict(chunk.usage)
             if chunk.delta_content:
                 parts.append(chunk.delta_content)
                 await io.publish([ending.answer_delta(state, chunk.delta_content)])

@@ -51,6 +51,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("model", "code")),
     Family("llm_tokens", "counter", "Tokens the model reported, prompt and completion.",
            ("model", "kind")),
+    Family("cost_usd", "counter", "Dollars of priced LLM calls (registry price × reported usage).",
+           ("model", "tenant")),
     Family("tool_call_seconds", "histogram", "Tool calls, hooks included.", ("tool",),
            _TOOL_BUCKETS),
     Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",

@@ -102,7 +102,7 @@ def _turn_ahead(rt: Runtime, state: RunState, adv: Advance, io: StoreIO) -> tupl
     publish always left: the redone turn re-creates that seq, and it is not published again."""
     if not isinstance(adv.step, RunTools) or not isinstance(adv.next, CallLLM) or io.cancel:
         return None, []
-    if state.token_budget is not None or state.rate_limited_since is not None:
+    if flow.may_stop(rt, state) or state.rate_limited_since is not None:
         return None, []  # the gate would change the state (a budget's ending, a wait's end)
     gate = flow.gate(rt, state, rt.deps_for(state))
     if gate.events is not None or gate.wait is not None:
@@ -351,7 +351,9 @@ def _stale(rec: RunRecord, step_no: int | None) -> bool:
 def _initial_state(rt: Runtime, rec: RunRecord) -> RunState:
     request = RunRequest.model_validate(rec.request)
     deps = rt.deps_for(None, request.model)
-    return new_state(request, deps, run_id=rec.run_id)
+    state = new_state(request, deps, run_id=rec.run_id)
+    state.tenant = rec.tenant
+    return state
 
 
 # -- the crash limit (workers/recovery/watchdog.py counts; these end what must not be sent again) --------
