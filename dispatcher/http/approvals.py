@@ -10,7 +10,7 @@ an unknown run or approval, 422 naming a bad field.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 from fastapi.exceptions import RequestValidationError
@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from reactq.dispatcher.approvals import decide
 from reactq.dispatcher.http.errors import conflict, field_error, not_found, responses
+from reactq.dispatcher.http.auth import ApprovalWrite, Caller, RunRead, need
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
 from reactq.shared.api.approvals import ApprovalPage, Decided, DecisionIn, RunApprovals
 from reactq.shared.errors import ApprovalConflict, RequestError
@@ -31,14 +32,14 @@ DECISION_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
 
 
 @router.get("/v1/runs/{run_id}/approvals", response_model=RunApprovals, responses=responses(404))
-def run_approvals(run_id: IdPath, gw: GatewayDep) -> Any:
+def run_approvals(run_id: RunRead, gw: GatewayDep) -> Any:
     """The run's approvals, every status, oldest first."""
     return {"approvals": gw.dispatcher.handle(run_id).approvals()}
 
 
 @router.post("/v1/runs/{run_id}/approvals/{approval_id}", response_model=Decided,
              responses=responses(404, 409), openapi_extra=DECISION_BODY)
-def decide_approval(run_id: IdPath, approval_id: IdPath, gw: GatewayDep,
+def decide_approval(run_id: ApprovalWrite, approval_id: IdPath, gw: GatewayDep,
                     body: dict[str, Any] = Body(...)) -> Any:
     """Approve, edit, reject or respond; once, for the arguments the decider saw. An unknown
     run or approval is a 404 whatever the body says."""
@@ -59,7 +60,8 @@ def decide_approval(run_id: IdPath, approval_id: IdPath, gw: GatewayDep,
 
 
 @router.get("/v1/approvals", response_model=ApprovalPage)
-def approvals_inbox(gw: GatewayDep, status: str = Query("pending"),
+def approvals_inbox(gw: GatewayDep, caller: Annotated[Caller, need("runs:read")],
+                    status: str = Query("pending"),
                     limit: int = Query(50, ge=1, le=MAX_LIMIT),
                     cursor: str | None = Query(None, max_length=600)) -> Any:
     """Every run's pending approvals, oldest first, a page at a time."""
@@ -67,6 +69,6 @@ def approvals_inbox(gw: GatewayDep, status: str = Query("pending"),
         return field_error("status", "status: only 'pending' is listed across runs "
                                      "(GET /v1/runs/{id}/approvals lists every status)", where="query")
     try:
-        return gw.dispatcher.approvals.inbox(limit=limit, cursor=cursor)
+        return gw.dispatcher.approvals.inbox(limit=limit, cursor=cursor, sees=caller.sees)
     except RequestError as exc:
         return field_error(exc.field, str(exc), where="query")

@@ -32,7 +32,7 @@ from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
 from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owner_of
 
-__all__ = ["BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
+__all__ = ["ApprovalWrite", "BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
            "RunRead", "RunWrite", "ScheduleRead", "ScheduleWrite", "caller_of", "need", "owned"]
 
 _TOKEN_CALLER = Caller(DEFAULT_TENANT, frozenset({ADMIN}), key_id="REACTQ_API_TOKEN")
@@ -156,6 +156,7 @@ def _schedule(scope: str) -> Any:
 
 
 RunRead = Annotated[str, _run("runs:read")]
+ApprovalWrite = Annotated[str, _run("approvals:write")]
 RunWrite = Annotated[str, _run("runs:write")]
 DagRead = Annotated[str, _dag("runs:read")]
 DagWrite = Annotated[str, _dag("dags:write")]

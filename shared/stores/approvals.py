@@ -24,6 +24,7 @@ import base64
 import binascii
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -38,6 +39,7 @@ from reactq.shared.stores.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.approvals_lua import CANCEL, DECIDE, REQUEST
 from reactq.shared.stores.streams import text
+from reactq.shared.tenancy import owner_of
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 
 MAX_LIMIT = 500
@@ -128,8 +130,10 @@ class ApprovalStore:
                                                               count=500)]
         return sorted(found, key=lambda a: (a["requested_at"], a["approval_id"]))
 
-    def inbox(self, *, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
-        """Pending approvals of every run, oldest first: ``{approvals, next_cursor}``."""
+    def inbox(self, *, limit: int = 50, cursor: str | None = None,
+              sees: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """Pending approvals of every run, oldest first: ``{approvals, next_cursor}``; with
+        ``sees``, only those of runs whose tenant it accepts."""
         if not 1 <= limit <= MAX_LIMIT:
             raise RequestError(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
         low: str = "-inf"
@@ -148,7 +152,7 @@ class ApprovalStore:
             for member, score in cands[:limit - len(rows)]:
                 after = (score, member)
                 rec = self._pending(member)
-                if rec is not None:
+                if rec is not None and (sees is None or sees(self._tenant(rec["run_id"]))):
                     rows.append(rec)
             low = repr(after[0]) if after else low
         more = after is not None and len(rows) == limit
@@ -162,6 +166,9 @@ class ApprovalStore:
             self.r.zrem(self.keys.approvals_pending, member)
             return None
         return rec
+
+    def _tenant(self, run_id: str) -> str:
+        return owner_of(self.r.hget(self.keys.run(run_id), "tenant"))
 
     def pending_count(self) -> int:
         return int(self.r.zcard(self.keys.approvals_pending))
