@@ -46,6 +46,7 @@ from reactq.shared.api import (
 )
 from reactq.shared.api.approvals import ApprovalPage, Decided, RunApprovals
 from reactq.shared.api.errors import ERROR_CODES
+from reactq.shared.api.keys import KeyCreated, KeyList, KeyRevoked
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.ops import FlowModels
 from tests.integration.conftest import worker_env
@@ -200,6 +201,12 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
     check("POST", "/v1/schedules/{schedule_id}/trigger", Triggered, 202, f"/v1/schedules/{sid}/trigger")
     check("DELETE", "/v1/schedules/{schedule_id}", None, 204, f"/v1/schedules/{sid}")
 
+    key: KeyCreated = check("POST", "/v1/keys", KeyCreated, 201,
+                            json={"tenant": "contract", "scopes": ["runs:read"], "name": "contract"})
+    keys: KeyList = check("GET", "/v1/keys", KeyList, 200)
+    assert key.key_id in [k.key_id for k in keys.keys] and key.key.startswith("rq_")
+    check("DELETE", "/v1/keys/{key_id}", KeyRevoked, 200, f"/v1/keys/{key.key_id}")
+
     check("GET", "/healthz", Health, 200)
     check("GET", "/readyz", Readiness, 200)
     check("GET", "/metrics", None, 200)
@@ -255,7 +262,8 @@ def test_the_error_corpus_answers_one_shape(api: httpx.Client, gateway: Gateway,
                     calls += 1
                 # A body every route of the id accepts (an interrupt's, or a change of nothing).
                 body = {} if method == "patch" else {"content": "x"}
-                res = api.request(method, _path(template, "nope"), json=body)
+                unknown = "key_0000000000000000" if "{key_id}" in template else "nope"  # ids of their own shape
+                res = api.request(method, _path(template, unknown), json=body)
                 assert res.status_code == 404, (method, template, res.text[:200])
                 assert_error_shape(res, spec, method, template)
                 calls += 1
