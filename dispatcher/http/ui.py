@@ -4,21 +4,32 @@ The page and its script hold no data, so they load without the token (the gatewa
 ``KeyAuth`` leaves ``/ui`` open); everything they show comes from the API with the
 token the user typed (kept in ``sessionStorage``, sent as ``Authorization: Bearer``, never
 in a URL). ``GET /v1/ui/config`` (behind the token like every API route) tells the page
-whether a Flower URL is configured (``REACTQ_FLOWER_URL``).
+whether a Flower URL is configured (``REACTQ_FLOWER_URL``). ``GET /v1/ui/dashboard`` is the
+runs page's dashboard, computed here from what the workers record (the run index, the
+metrics hashes, the broker's queues), so a page opened at any time shows the last hour.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from importlib import resources
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from reactq.shared.api.ops import UiConfig
+from reactq.dispatcher.http.auth import Caller, need
+from reactq.dispatcher.http.errors import responses
+from reactq.dispatcher.http.gateway import Gateway, GatewayDep
+from reactq.shared.api.ops import Dashboard, UiConfig
+from reactq.shared.dashboard import build
+from reactq.shared.stores.dashboard import DashboardStore
 
 __all__ = ["router"]
 
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["ui"])
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
           "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
@@ -65,3 +76,27 @@ def ui_config(request: Request) -> Any:
     flower = gateway.settings.flower_url if gateway is not None else None
     auth = bool(gateway is not None and gateway.settings.api_token)
     return {"flower_url": flower, "auth": auth}
+
+
+@router.get("/v1/ui/dashboard", response_model=Dashboard, responses=responses(503))
+async def ui_dashboard(gw: GatewayDep, caller: Annotated[Caller, need("runs:read")]) -> Any:
+    """The last hour's runs per minute, runs by status, tokens; for an admin also the queue
+    depth, the runs in flight and the turn-time percentiles (cluster-wide figures)."""
+    return await asyncio.to_thread(_dashboard, gw, None if caller.admin else caller.tenant, caller.admin)
+
+
+def _dashboard(gw: Gateway, tenant: str | None, admin: bool) -> dict[str, Any]:
+    now = time.time()
+    reading = DashboardStore(gw.dispatcher.redis, gw.keys).read(now, tenant=tenant, cluster=admin)
+    return build(reading.points, now, truncated=reading.truncated, turn_buckets=reading.turn_buckets,
+                 in_flight=reading.in_flight, queues=_queues(gw) if admin else None)
+
+
+def _queues(gw: Gateway) -> dict[str, int] | None:
+    from reactq.dispatcher.http.metrics import queue_depths
+
+    try:
+        return queue_depths(gw.settings)[0]
+    except Exception as exc:  # a broker problem must not hide the other figures
+        log.warning("queue depth unavailable: %s", exc)
+        return None

@@ -1,123 +1,64 @@
-// The Runs page: a dashboard from /metrics over the last hour, and the live run table.
+// The Runs page: the last hour's dashboard (computed by the server), and the live run table.
 "use strict";
 (function () {
   const { h, s } = RQ;
-  const HOUR = 3600 * 1000;
-  const SAMPLES_KEY = "reactq.metrics";
   const POLL_MS = 500; // the table: a new run shows within a second
-  const SCRAPE_MS = 5000; // the dashboard
+  const DASH_MS = 5000; // the dashboard
+  const ENDED = ["succeeded", "failed", "cancelled"];
 
-  // -- /metrics: Prometheus text → {name: [{labels, value}]} ------------------------------
-  function parseProm(text) {
-    const out = {};
-    for (const line of text.split("\n")) {
-      if (!line || line[0] === "#") continue;
-      const m = line.match(/^([a-zA-Z_:][\w:]*)(\{(.*)\})?\s+(\S+)/);
-      if (!m) continue;
-      const labels = {};
-      for (const lm of (m[3] || "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) labels[lm[1]] = lm[2];
-      (out[m[1]] ||= []).push({ labels, value: parseFloat(m[4]) });
-    }
-    return out;
-  }
-  const sum = (rows, pred = () => true) => (rows || []).filter((r) => pred(r.labels)).reduce((a, r) => a + r.value, 0);
-
-  // One sample = the cumulative figures the charts need at one instant.
-  function sample(prom) {
-    const ended = {};
-    for (const st of ["succeeded", "failed", "cancelled"]) {
-      ended[st] = sum(prom.reactq_runs_ended_total, (l) => l.status === st);
-    }
-    const buckets = {};
-    for (const r of prom.reactq_turn_seconds_bucket || []) {
-      buckets[r.labels.le] = (buckets[r.labels.le] || 0) + r.value;
-    }
-    return {
-      t: Date.now(), ended, tokens: sum(prom.reactq_llm_tokens_total),
-      queue: sum(prom.reactq_queue_depth), inflight: sum(prom.reactq_runs_in_flight), buckets,
-    };
-  }
-
-  // The quantile q of the turns observed between two samples (histogram bucket deltas).
-  function quantile(a, b, q) {
-    const bound = (le) => (le === "+Inf" ? Infinity : parseFloat(le));
-    const les = Object.keys(b.buckets).sort((x, y) => bound(x) - bound(y));
-    const total = (b.buckets["+Inf"] || 0) - (a.buckets["+Inf"] || 0);
-    if (total <= 0) return null;
-    let prevLe = 0;
-    let prevCount = 0;
-    for (const le of les) {
-      const c = (b.buckets[le] || 0) - (a.buckets[le] || 0);
-      if (c >= q * total) {
-        if (le === "+Inf") return prevLe;
-        const hi = bound(le);
-        const inBucket = c - prevCount;
-        return inBucket > 0 ? prevLe + (hi - prevLe) * ((q * total - prevCount) / inBucket) : hi;
-      }
-      prevLe = bound(le);
-      prevCount = c;
-    }
-    return prevLe;
-  }
-
-  function loadSamples() {
-    try { return JSON.parse(sessionStorage.getItem(SAMPLES_KEY) || "[]"); } catch (_) { return []; }
-  }
-
-  // Per-minute series from consecutive samples (a counter reset counts as zero).
-  function series(samples) {
-    const pts = { succeeded: [], failed: [], cancelled: [], tokens: [], queue: [], p50: [], p95: [] };
-    for (let i = 1; i < samples.length; i++) {
-      const a = samples[i - 1];
-      const b = samples[i];
-      const mins = (b.t - a.t) / 60000;
-      if (mins <= 0) continue;
-      const rate = (x, y) => Math.max(0, y - x) / mins;
-      for (const st of ["succeeded", "failed", "cancelled"]) pts[st].push([b.t, rate(a.ended[st], b.ended[st])]);
-      pts.tokens.push([b.t, rate(a.tokens, b.tokens)]);
-      pts.queue.push([b.t, b.queue]);
-      const p50 = quantile(a, b, 0.5);
-      const p95 = quantile(a, b, 0.95);
-      if (p50 !== null) pts.p50.push([b.t, p50]);
-      if (p95 !== null) pts.p95.push([b.t, p95]);
-    }
-    return pts;
-  }
-
-  function chart(title, lines, fmt) {
+  // A small chart: one polyline per series over the hour's minutes, the headline above it.
+  function chart(key, title, headline, lines, minutes) {
     const W = 300;
     const H = 70;
-    const now = Date.now();
-    const all = lines.flatMap((l) => l.pts.map((p) => p[1]));
-    const max = Math.max(1e-9, ...all);
+    const max = Math.max(1e-9, ...lines.flatMap((l) => l.values));
     const svg = s("svg", { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: "none", role: "img", "aria-label": title });
+    const n = Math.max(1, minutes - 1);
     lines.forEach((l, i) => {
-      const pts = l.pts.map(([t, v]) => `${(((t - now + HOUR) / HOUR) * W).toFixed(1)},${(H - 4 - (v / max) * (H - 8)).toFixed(1)}`);
+      const pts = l.values.map((v, j) => `${((j / n) * W).toFixed(1)},${(H - 4 - (v / max) * (H - 8)).toFixed(1)}`);
       if (pts.length > 1) svg.append(s("polyline", { class: `c${l.c ?? i}`, points: pts.join(" ") }));
-      else if (pts.length === 1) {
-        const [cx, cy] = pts[0].split(",");
-        svg.append(s("circle", { class: `c${l.c ?? i} dot`, cx, cy, r: 2.5 }));
-      }
     });
-    const latest = lines.map((l) => (l.pts.length ? l.pts[l.pts.length - 1][1] : null));
-    return h("div", { class: "chart" },
+    return h("div", { class: "chart", dataset: { fig: key } },
       h("h3", {}, title),
-      h("div", { class: "now" }, latest.map((v) => (v === null ? "–" : fmt(v))).join(" / ")),
+      h("div", { class: "now" }, headline),
       svg,
       h("div", { class: "legend" }, lines.map((l, i) => h("span", { class: `c${l.c ?? i}` }, "■ " + l.name))));
   }
 
-  function renderDash(box, samples) {
-    const p = series(samples);
-    const n = (v) => (v >= 100 ? v.toFixed(0) : v.toFixed(1));
+  // A figure without a chart (what is true now, not a series).
+  function figure(key, title, headline, detail) {
+    return h("div", { class: "chart", dataset: { fig: key } },
+      h("h3", {}, title), h("div", { class: "now" }, headline), h("div", { class: "legend muted" }, detail));
+  }
+
+  const num = (v) => (v === null || v === undefined ? "–" : Number(v).toLocaleString());
+  const rate = (v) => (v >= 100 ? v.toFixed(0) : v.toFixed(2));
+
+  // The dashboard from GET /v1/ui/dashboard: computed on the server from what the workers
+  // record, so a page opened after the work happened shows the same hour.
+  function renderDash(box, d) {
+    const mins = d.minutes;
+    const per = (st) => mins.map((m) => m.counts[st] || 0);
+    const other = mins.map((m) => Object.entries(m.counts).filter(([st]) => !ENDED.includes(st))
+      .reduce((a, [, v]) => a + v, 0));
+    const statuses = Object.entries(d.by_status).sort((a, b) => b[1] - a[1]);
+    const q = d.queue_depth;
+    const waiting = q ? Object.values(q).reduce((a, v) => a + v, 0) : null;
+    const t = d.turn_seconds;
+    const inflight = d.in_flight === null || d.in_flight === undefined ? "" : ` · ${d.in_flight} in flight`;
     box.replaceChildren(
-      chart("Runs per minute (last hour)", [
-        { name: "succeeded", pts: p.succeeded, c: 0 }, { name: "failed", pts: p.failed, c: 1 },
-        { name: "cancelled", pts: p.cancelled, c: 2 }], n),
-      chart("Tokens per minute", [{ name: "tokens", pts: p.tokens, c: 3 }], n),
-      chart("Queue depth", [{ name: "waiting", pts: p.queue, c: 2 }], (v) => v.toFixed(0)),
-      chart("Turn time p50 / p95", [{ name: "p50", pts: p.p50, c: 0 }, { name: "p95", pts: p.p95, c: 2 }],
-        (v) => RQ.fmtSecs(v)));
+      chart("runs", "Runs per minute (last hour)", `${rate(d.runs_per_minute)} / min · ${num(d.runs)} runs`, [
+        { name: "succeeded", values: per("succeeded"), c: 0 }, { name: "failed", values: per("failed"), c: 1 },
+        { name: "cancelled", values: per("cancelled"), c: 2 }, { name: "not ended", values: other, c: 3 }],
+      mins.length),
+      figure("status", "Runs by status (last hour)",
+        statuses.length ? statuses.map(([st, n]) => `${n} ${st}`).join(" · ") : "none",
+        d.truncated ? "the newest runs of a busy hour" : ""),
+      chart("tokens", "Tokens (last hour)", `${num(d.tokens.total)} tokens`,
+        [{ name: "tokens per minute", values: mins.map((m) => m.tokens), c: 3 }], mins.length),
+      figure("queue", "Queue depth", q ? `${num(waiting)} waiting` : "–",
+        Object.entries(q || {}).map(([k, v]) => `${k}: ${v}`).join(" · ") + inflight),
+      figure("turns", "Turn time p50 / p95", t && t.count ? `${RQ.fmtSecs(t.p50)} / ${RQ.fmtSecs(t.p95)}` : "–",
+        t ? `${num(t.count)} turns recorded` : ""));
   }
 
   function runRow(run, fresh) {
@@ -188,13 +129,9 @@
 
     async function scrape() {
       try {
-        const text = await RQ.api("/metrics", { raw: true, signal: ctrl.signal });
-        const samples = loadSamples().filter((x) => x.t > Date.now() - HOUR);
-        samples.push(sample(parseProm(text)));
-        sessionStorage.setItem(SAMPLES_KEY, JSON.stringify(samples));
-        renderDash(dash, samples);
+        renderDash(dash, await RQ.api("/v1/ui/dashboard", { signal: ctrl.signal }));
       } catch (err) {
-        if (!ctrl.signal.aborted) dash.replaceChildren(RQ.notice(`metrics unavailable: ${err.message}`));
+        if (!ctrl.signal.aborted) dash.replaceChildren(RQ.notice(`dashboard unavailable: ${err.message}`));
       }
     }
 
@@ -204,13 +141,11 @@
       while (!ctrl.signal.aborted) {
         if (!document.hidden) {
           if (page === 0) await refresh();
-          if (Date.now() - lastScrape > SCRAPE_MS) { lastScrape = Date.now(); scrape(); }
+          if (Date.now() - lastScrape > DASH_MS) { lastScrape = Date.now(); scrape(); }
         }
         await RQ.sleep(POLL_MS, ctrl.signal);
       }
     })();
     return () => ctrl.abort();
   };
-  RQ.parseProm = parseProm;
-  RQ.quantile = quantile;
 })();

@@ -143,3 +143,64 @@ class NotReady(Readiness):
 
     error: ErrorInfo
     """``unavailable``: what cannot be reached."""
+
+
+class DashMinute(ApiModel):
+    """One minute of the dashboard's hour."""
+
+    t: float
+    """Unix time the minute starts."""
+    counts: dict[str, int]
+    """Runs created in that minute, by their status now."""
+    tokens: int
+    """Tokens those runs' results report (prompt + completion)."""
+
+
+class DashTokens(ApiModel):
+    """Tokens the last hour's runs report."""
+
+    prompt: int
+    completion: int
+    total: int
+
+
+class DashTurns(ApiModel):
+    """Turn time (an LLM call through its tool calls' fan-in), from the workers' histogram:
+    every turn recorded since the counters began."""
+
+    count: int
+    """Turns observed."""
+    p50: float | None = None
+    """Median, seconds (interpolated within its histogram bucket); null with no turn."""
+    p95: float | None = None
+    """95th percentile, seconds; null with no turn."""
+    mean: float | None = None
+    """Mean, seconds; null with no turn."""
+
+
+class Dashboard(ApiModel):
+    """The viewer's dashboard: the last hour's runs, computed on the server from the run index
+    and the workers' metrics, so it shows the same whenever the page is opened."""
+
+    now: float
+    """Unix time of the reading."""
+    window_s: int
+    """The window, seconds (the last hour)."""
+    runs: int
+    """Runs created in the window (the caller's tenant's; an admin's: every tenant's)."""
+    truncated: bool
+    """True when the window held more runs than one reading takes (the newest are counted)."""
+    runs_per_minute: float
+    """``runs`` / the window's minutes."""
+    by_status: dict[str, int]
+    """The window's runs by status now."""
+    tokens: DashTokens
+    """Tokens the window's runs report."""
+    minutes: list[DashMinute]
+    """One entry per minute of the window, oldest first."""
+    in_flight: int | None = None
+    """Runs started by a worker and not ended (admin only; null otherwise)."""
+    queue_depth: dict[str, int] | None = None
+    """Messages waiting per queue (admin only; null otherwise or when the broker did not answer)."""
+    turn_seconds: DashTurns | None = None
+    """Turn-time percentiles (admin only; null otherwise)."""
