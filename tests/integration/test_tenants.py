@@ -115,6 +115,7 @@ DOOR_ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("GET", "/v1/dags", None, "runs:read"),
     ("GET", "/v1/batches", None, "runs:read"),
     ("GET", "/v1/schedules", None, "runs:read"),
+    ("GET", "/v1/ui/dashboard", None, "runs:read"),
     ("POST", "/v1/runs", {"query": "q", "tools": ["no-such-tool"]}, "runs:write"),
     ("POST", "/v1/dags", {"goal": "g", "tools": ["no-such-tool"]}, "dags:write"),
     ("POST", "/v1/batches", {"requests": [{"query": "q", "tools": ["no-such-tool"]}]}, "batches:write"),
@@ -173,6 +174,18 @@ def test_lists_are_filtered_and_an_admin_sees_every_tenant(gateway: Gateway, wor
     assert world.ids["run"] in listed(world.admin)
     rows = world.as_("own", gateway).get("/v1/runs", params={"limit": 500}).json()["runs"]
     assert {r["tenant"] for r in rows} == {"acme"}
+
+
+def test_the_dashboard_counts_the_callers_tenant_and_gives_cluster_figures_to_admins(
+        gateway: Gateway, world: World) -> None:
+    own = world.as_("own", gateway).get("/v1/ui/dashboard").json()
+    other = world.as_("other", gateway).get("/v1/ui/dashboard").json()
+    admin = world.admin.get("/v1/ui/dashboard").json()
+    assert own["by_status"].get("succeeded", 0) >= 1 and own["tokens"]["total"] > 0
+    assert admin["runs"] >= own["runs"] + other["runs"]
+    for d in (own, other):  # queues, runs in flight and turn times are every tenant's: admins only
+        assert d["queue_depth"] is None and d["in_flight"] is None and d["turn_seconds"] is None
+    assert admin["queue_depth"] is not None and admin["turn_seconds"]["count"] >= 1
 
 
 def test_thread_ids_and_idempotency_keys_are_per_tenant(gateway: Gateway, world: World, llm: Any) -> None:
