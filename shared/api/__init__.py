@@ -25,7 +25,7 @@ from reactq.shared.api.dags import (
 )
 from reactq.shared.api.errors import ERROR_CODES, ErrorCode, ErrorInfo, ErrorResponse
 from reactq.shared.api.events import Event, parse_event
-from reactq.shared.api.ops import Health, ModelCatalog, Readiness, ThreadView, ToolCatalog, UiConfig
+from reactq.shared.api.ops import Dashboard, Health, ModelCatalog, Readiness, ThreadView, ToolCatalog, UiConfig
 from reactq.shared.api.runs import (
     InterruptAccepted,
     InterruptIn,
@@ -40,7 +40,7 @@ from reactq.shared.api.runs import (
 __all__ = [
     "ERROR_CODES", "BatchCancelling", "BatchCreated", "BatchPage", "BatchRow", "BatchStatus",
     "DagCancelling", "DagCreated", "DagPage", "DagRow", "DagStatus", "ErrorCode", "ErrorInfo",
-    "ErrorResponse", "Event", "Health", "InterruptAccepted", "InterruptIn", "ModelCatalog",
+    "Dashboard", "ErrorResponse", "Event", "Health", "InterruptAccepted", "InterruptIn", "ModelCatalog",
     "Readiness", "RunCancelling", "RunCreated", "RunPage", "RunRow", "RunStatus", "ThreadInjected",
     "ThreadView", "ToolCatalog", "UiConfig", "parse_event",
 ]

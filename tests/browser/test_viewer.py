@@ -70,16 +70,8 @@ def test_runs_table_shows_a_new_run_within_a_second(gateway, page, llm: LLMFixtu
     wait_status(gateway, run_id)
     page.wait_for_selector(f'tr[data-run-id="{run_id}"] .st-succeeded', timeout=5000)
     page.wait_for_selector(".chart svg")
-    # The dashboard's arithmetic: Prometheus text parsed, a quantile from bucket deltas.
-    parsed = page.evaluate("""() => RQ.parseProm('# HELP x\\nreactq_queue_depth{queue="reactq.runs"} 3\\n'
-        + 'reactq_runs_ended_total{status="succeeded",mode="native"} 7\\n')""")
-    assert parsed["reactq_queue_depth"][0] == {"labels": {"queue": "reactq.runs"}, "value": 3}
-    p50, p95 = page.evaluate("""() => [0.5, 0.95].map(q => RQ.quantile(
-        {buckets: {"+Inf": 0, "1.0": 0, "0.5": 0}}, {buckets: {"+Inf": 4, "1.0": 4, "0.5": 2}}, q))""")
-    assert p50 == 0.5  # half of the 4 turns took ≤ 0.5 s (keys in any order, +Inf last)
-    assert 0.5 < p95 <= 1.0
-    # After a second scrape (5 s apart) the charts show rates, not dashes.
-    wait_js(page, "!document.querySelector('.chart .now').textContent.includes('–')", timeout=20)
+    # The dashboard is the server's reading: figures at once, not after a second sample.
+    wait_js(page, "!document.querySelector('.chart .now').textContent.includes('–')", timeout=10)
     shot(page, "runs")
     # Search by id: the header's box opens the run.
     page.fill("#open-id", run_id)

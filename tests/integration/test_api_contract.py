@@ -28,6 +28,7 @@ from reactq.shared.api import (
     DagCreated,
     DagPage,
     DagStatus,
+    Dashboard,
     ErrorResponse,
     Health,
     InterruptAccepted,
@@ -215,6 +216,8 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
     assert models.published and all(m.use is not None for m in models.models)
     check("GET", "/v1/flow/models", FlowModels, 200)
     check("GET", "/v1/ui/config", UiConfig, 200)
+    dash: Dashboard = check("GET", "/v1/ui/dashboard", Dashboard, 200)
+    assert dash.runs >= 1 and dash.turn_seconds is not None and dash.turn_seconds.count >= 1
 
     every = {(m, p) for p, ops in spec["paths"].items() for m in ops}
     assert every - check.seen == set(), "routes the contract test did not call"
