@@ -1,8 +1,13 @@
 """The viewer's dashboard from the server: real runs on the session's workers (the scripted
-LLM), read back from the run index and the metrics hashes by ``GET /v1/ui/dashboard``."""
+LLM), read back from the run index and the metrics hashes by ``GET /v1/ui/dashboard``; the
+example of ``docs/operations/monitoring.md`` run as written against a gateway process."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
 import uuid
 
@@ -15,6 +20,8 @@ from reactq.shared.dashboard import MINUTES, WINDOW_S
 from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.dashboard import DashboardStore
+from tests.integration.conftest import ROOT, worker_env
+from tests.integration.test_gateway import start_gateway, stop_gateway
 from tests.scripted_server import reply_error, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.integration
@@ -78,3 +85,22 @@ def test_the_route_gives_an_admin_the_cluster_figures(workers, dispatcher, llm, 
     assert 0 < turns["p50"] <= turns["p95"] <= 300
     assert set(d["queue_depth"]) == {"reactq.runs", "reactq.tools"}
     assert d["in_flight"] is not None and d["in_flight"] >= 0
+
+
+def test_the_monitoring_pages_example_runs_as_written(workers, dispatcher, llm, redis_url, tmp_path):
+    doc = (ROOT / "docs" / "operations" / "monitoring.md").read_text()
+    code = dict(re.findall(r'^```python title="([^"]+)"\n(.*?)^```', doc, re.M | re.S))["dashboard.py"]
+    (tmp_path / "dashboard.py").write_text(code)
+    _run_batch(dispatcher, llm, "default")
+    gw = start_gateway(worker_env(redis_url, llm), tmp_path / "gateway.log", via_cli=False)
+    try:
+        out = subprocess.run([sys.executable, "dashboard.py"], cwd=tmp_path, capture_output=True, text=True,
+                             env={**os.environ, "REACTQ_GATEWAY": gw.url}, timeout=60, check=True).stdout
+    finally:
+        stop_gateway(gw)
+    lines = out.splitlines()
+    assert re.match(r"\d+ runs in the last hour, [\d.]+ per minute", lines[0]) and int(lines[0].split()[0]) >= 3
+    assert lines[1].startswith("by status: {") and "'succeeded'" in lines[1]
+    assert int(lines[2].split(": ")[1]) > 0
+    assert "'reactq.runs'" in lines[3] and "in flight:" in lines[3]
+    assert re.match(r"turn time p50 [\d.]+ s, p95 [\d.]+ s over \d+ turns", lines[4])
