@@ -30,6 +30,7 @@ from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.store import RunStore
+from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 from reactq.shared.idempotency import idempotent_id
 
@@ -168,6 +169,7 @@ class Dispatcher:
         req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
         tools, models = self.catalog()
         check_run_request(req, tools=tools, models=models)
+        check_webhook(req.webhook, self.settings)
         return req
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,

@@ -13,6 +13,9 @@ due, so no crash can fall between "the step is saved" and "the next one is cover
   that starts the turn; removed by the fan-in that counts the call in.
 * ``dag:{dag_id}``: the DAG's next driving message. Written by ``DagStore.create`` and every
   non-terminal DAG commit (executing: after the next tick); removed by the terminal one.
+* ``webhook:{webhook_id}``: a webhook message not yet delivered (or given up). Armed with
+  the terminal write of the run, DAG or batch it reports; scored at the next attempt's time
+  while a retry waits; removed once delivered or failed (``shared/stores/webhooks.py``).
 
 Watchdogs (``reactq.workers.due``) resend a member whose deadline passed and whose lease
 is not held; a task that holds its lease pushes nothing, the watchdog just looks again
@@ -44,7 +47,7 @@ def dag_member(dag_id: str) -> str:
 
 @dataclass(frozen=True)
 class Member:
-    """A parsed due member: ``kind`` is run, tool or dag; ``call_id`` only for tools."""
+    """A parsed due member: ``kind`` is run, tool, dag or webhook; ``call_id`` only for tools."""
 
     kind: str
     owner: str
@@ -57,7 +60,7 @@ def parse_member(member: str) -> Member | None:
     if kind == "tool":
         run_id, sep, call_id = rest.partition(":")
         return Member("tool", run_id, call_id) if sep and run_id and call_id else None
-    if kind in ("run", "dag") and rest:
+    if kind in ("run", "dag", "webhook") and rest:
         return Member(kind, rest)
     return None
 

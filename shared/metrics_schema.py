@@ -63,6 +63,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("model", "kind")),
     Family("flow_budget_stops", "counter", "Runs stopped by their token budget, batch lines skipped.",
            ("scope",)),
+    # webhooks (reactq.workers.webhooks)
+    Family("webhook_attempts", "counter",
+           "Webhook delivery attempts, by message type and outcome (delivered, retry, final, refused).",
+           ("type", "outcome")),
+    Family("webhook_deliveries", "counter", "Webhook messages that reached a final status.",
+           ("type", "status")),
+    Family("webhook_attempt_seconds", "histogram", "One webhook delivery attempt, connect to answer.",
+           ("type",), _TOOL_BUCKETS),
 )}
 
 

@@ -20,6 +20,34 @@ ModelHint = Literal["fast", "reasoning"]
 Priority = Literal["interactive", "batch"]
 
 
+WebhookEvent = Literal["done", "approval.requested"]
+
+
+def _done_only() -> list[WebhookEvent]:
+    return ["done"]
+
+
+class WebhookSpec(BaseModel):
+    """Where to POST the signed message when the run, DAG or batch ends (``events``:
+    ``done``, and ``approval.requested`` when a call waits for a person)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(..., min_length=1, max_length=2048)
+    events: list[WebhookEvent] = Field(default_factory=_done_only, min_length=1, max_length=2)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        scheme, sep, rest = v.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return v
+
+    def wants(self, event: str) -> bool:
+        return event in self.events
+
+
 class RunRequest(BaseModel):
     """One agent run."""
 
@@ -44,6 +72,8 @@ class RunRequest(BaseModel):
     """Who gets a rate-limited model's capacity first (batch lines default to ``batch``)."""
     token_budget: int | None = Field(None, ge=1)
     """The run's cap on LLM tokens (every call paid); reached ⇒ the max-iterations summary."""
+    webhook: WebhookSpec | None = None
+    """POST a signed ``run.done`` message to this URL when the run ends."""
 
     @field_validator("query")
     @classmethod
@@ -76,6 +106,8 @@ class DagRequest(BaseModel):
     max_rounds: StrictInt = Field(3, ge=1, le=5)
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    webhook: WebhookSpec | None = None
+    """POST a signed ``dag.done`` message to this URL when the DAG ends."""
 
 
 def check_names(field: str, names: list[str] | None, known: list[str], what: str) -> None:

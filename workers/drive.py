@@ -40,7 +40,8 @@ from reactq.shared.store import RunRecord, outcomes_of
 from reactq.workers.stepio import LoadedIO, StoreIO
 from reactq.shared.errors import RateLimited
 from reactq.shared.wire import ANSWER, DAG_STEP_DONE, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
-from reactq.workers import faults, flow, metrics, threads
+from reactq.shared.webhooks import webhook_id
+from reactq.workers import faults, flow, metrics, threads, webhooks
 from reactq.workers.cancelwatch import RunCancelled, until_cancelled
 from reactq.workers.runtime import Runtime
 
@@ -300,6 +301,8 @@ def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float
     ops = metrics.commit_ops(rt, state, step_no, adv, began, turn_began)
     release = rt.leases.handoff() if handoff else None
     then = ([release] if release is not None else []) + take()
+    if state.webhook_on_done and isinstance(adv.next, Done):  # in the commit's round trip
+        then.append(webhooks.store(rt).arm_op(webhook_id("run", state.run_id)))
     if not rt.store.commit(state.run_id, state, step_no, adv.events + (early or []), ops=ops, then=then,
                            turn_began=began if isinstance(adv.next, RunTools) else None):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)
@@ -329,6 +332,8 @@ def _enqueue(rt: Runtime, state: RunState, nxt: Next, send: Send, *, chain: bool
             if isinstance(parent, dict):
                 send(DAG_STEP_DONE, [parent["dag_id"], parent["step_id"], state.run_id], RUNS)
             threads.ended(rt, state, send)  # a run that ends for any reason hands its thread on
+            if state.webhook_on_done:
+                webhooks.send_done("run", state.run_id, send)
         case _:
             assert_never(nxt)
     return False

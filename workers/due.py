@@ -40,8 +40,8 @@ import redis
 from reactq.shared.due import Member, now_ms, parse_member
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RunNotFound
-from reactq.shared.wire import DAG_RESUME, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
-from reactq.workers import drive, toolcall
+from reactq.shared.wire import DAG_RESUME, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOK, WEBHOOKS_QUEUE
+from reactq.workers import drive, toolcall, webhooks
 from reactq.workers.backlog import Backlog
 from reactq.workers.runtime import Runtime
 
@@ -174,6 +174,8 @@ class DueWatchdog(threading.Thread):
         if self.backlog is None:
             return True
         m = parse_member(member)
+        if m is not None and m.kind == "webhook":
+            return True  # a retry waits in the due set, not in a queue: nothing to defer to
         queue = TOOLS_QUEUE if m is not None and m.kind == "tool" else RUNS_QUEUE
         return self.backlog.clear_since(queue, sent_at)
 
@@ -185,6 +187,8 @@ class DueWatchdog(threading.Thread):
             self._run(member, m, died)
         elif m.kind == "tool":
             self._tool(member, m, died)
+        elif m.kind == "webhook":
+            self._webhook(m, died)
         else:
             self._dag(member, m, died)
 
@@ -224,6 +228,20 @@ class DueWatchdog(threading.Thread):
         log.info("resending tool call %s of run %s%s", m.call_id, m.owner,
                     " (its worker died)" if died else "")
         self.send(TOOL, [m.owner, step_no, m.call_id, call.name], TOOLS_QUEUE)
+
+    def _webhook(self, m: Member, died: bool) -> None:
+        """A webhook message due (its retry's time came) or whose worker died mid-attempt."""
+        d = webhooks.store(self.rt).load(m.owner)
+        if d is not None and d.status != "pending":
+            webhooks.store(self.rt).forget(m.owner)
+            return
+        if d is not None and died:
+            crashes = self.crashes.count(self.rt.keys.webhook(m.owner), "due_n", d.attempts, died)
+            if crashes >= self.crashes.limit:
+                log.error("webhook %s: its worker stopped %s times; not sent again", m.owner, crashes)
+                webhooks.give_up(self.rt, m.owner, crashes)
+                return
+        self.send(WEBHOOK, [m.owner], WEBHOOKS_QUEUE)
 
     def _dag(self, member: str, m: Member, died: bool) -> None:
         from reactq.workers.dags import drive as dag_drive  # the DAG tasks import this module's users

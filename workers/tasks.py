@@ -6,6 +6,7 @@
 | ``reactq.iterate``| reactq.runs   | run_id, step_no (None=resume)| tool selection, one LLM turn, or the fan-in after tools |
 | ``reactq.tool``   | reactq.tools  | run_id, step_no, call_id, tool name | one tool call (hooks + tool)   |
 | ``reactq.answer`` | reactq.runs   | run_id, step_no              | the streamed synthesis, `done` |
+| ``reactq.webhook``| reactq.webhooks | webhook_id                 | one delivery attempt (``workers/webhooks.py``) |
 
 Each holds a lease while it runs (``workers/lease.py``); the watchdog started with the
 worker resends a task whose worker died. The task's first read (a run's load, a tool call's
@@ -26,8 +27,8 @@ from celery import signals
 from reactq.shared.roundtrip import riding
 from reactq.shared.store import RunRecord
 from reactq.shared.tools.mcp import close_hub
-from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
-from reactq.workers import drive, faults, flow, toolcall
+from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOK
+from reactq.workers import drive, faults, flow, toolcall, webhooks
 from reactq.workers.app import app
 from reactq.workers.backlog import Backlog, broker_depth
 from reactq.workers.due import Crashes, DueWatchdog
@@ -128,6 +129,12 @@ def _tool_crashed_too_often(rt: Runtime, run_id: str, step_no: int, call_id: str
         return False
     toolcall.end_crashed_tool(rt, run_id, step_no, call, crashes, send)
     return True
+
+
+@app.task(name=WEBHOOK, ignore_result=True)
+def webhook(webhook_id: str) -> None:
+    """One delivery attempt of a webhook message (``workers/webhooks.py``)."""
+    webhooks.deliver(runtime(), webhook_id)
 
 
 _watchdog: DueWatchdog | None = None

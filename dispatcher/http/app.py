@@ -17,7 +17,7 @@ import redis
 from fastapi import APIRouter, FastAPI
 
 from reactq.dispatcher import catalog_http, flow_http, runs_index_http, threads_http, ui_http
-from reactq.dispatcher.http import batches, dags, errors, ops, runs
+from reactq.dispatcher.http import batches, dags, errors, ops, runs, webhooks
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
@@ -30,7 +30,7 @@ DEFAULT_KEEPALIVE = 15.0
 
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
-                            flow_http.router]
+                            flow_http.router, webhooks.router]
 
 
 #: The collector's thresholds in the gateway: young generations as Python's defaults, a full

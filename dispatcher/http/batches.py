@@ -20,7 +20,8 @@ from reactq.dispatcher.http.errors import field_error, not_found
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
 from reactq.shared.errors import RequestError
 from reactq.shared.inputs import decode_utf8
-from reactq.shared.requests import RunRequest
+from reactq.dispatcher.webhooks import check_webhook
+from reactq.shared.requests import RunRequest, WebhookSpec
 
 router = APIRouter(tags=["batches"])
 
@@ -33,6 +34,8 @@ class BatchIn(BaseModel):
     requests: list[Any] = Field(..., min_length=1, max_length=100_000)
     concurrency: StrictInt = Field(8, ge=1, le=1000)
     token_budget: StrictInt | None = Field(None, ge=1)
+    webhook: WebhookSpec | None = None
+    """POST a signed ``batch.done`` message here when the batch ends."""
 
 
 @router.post("/v1/batches", status_code=202, openapi_extra={"requestBody": {
@@ -50,11 +53,17 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
     parsed = await asyncio.to_thread(parse_batch, raw, ctype in JSONL_TYPES, d.validate)
     if isinstance(parsed, JSONResponse):
         return parsed
-    items, body_concurrency, body_budget = parsed
+    items, body_concurrency, body_budget, webhook = parsed
+    if webhook is not None:
+        try:
+            await asyncio.to_thread(check_webhook, webhook, gw.settings)
+        except RequestError as exc:
+            return field_error(exc.field, str(exc))
     concurrency = body_concurrency or concurrency
     items = mark_duplicates(items)
     store = gw.batches
-    batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget)
+    batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget,
+                                       webhook.model_dump(mode="json") if webhook else None)
     await asyncio.to_thread(store.claim, batch_id, gw.holder)
     gw.start_batch(batch_id)
     return {"batch_id": batch_id, "status_url": f"/v1/batches/{batch_id}", "total": len(items),
@@ -72,18 +81,19 @@ def get_batch(batch_id: IdPath, gw: GatewayDep,
 
 
 def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]) -> Any:
-    """A batch body → (items, concurrency and token budget from the body or None), or a 422."""
+    """A batch body → (items, concurrency, token budget and webhook from the body or None),
+    or a 422."""
     if jsonl:
         try:
             lines = decode_utf8(raw).splitlines()
         except RequestError as exc:
             return field_error(None, f"the JSONL body {exc}")
         items = [parse_text(t, n, validate) for n, t in enumerate(lines, 1) if t.strip()]
-        return (items, None, None) if items else field_error(None, "the JSONL body has no lines")
+        return (items, None, None, None) if items else field_error(None, "the JSONL body has no lines")
     try:
         body = BatchIn.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from exc
     return ([parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency,
-            body.token_budget)
+            body.token_budget, body.webhook)

@@ -123,6 +123,8 @@ class RunState(BaseModel):
     """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
+    webhook_on_done: bool = False
+    """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
 
 
 _ADAPTER = TypeAdapter(RunState)

@@ -6,6 +6,7 @@ these, and the lease around them, are in ``workers/dags/tasks.py``.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from functools import cached_property
@@ -26,15 +27,17 @@ from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
+from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.workers import webhooks
 from reactq.workers.app import app
 from reactq.workers.runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
 
 
-def send(task: str, args: list[Any], countdown: float | None = None) -> None:
-    app.send_task(task, args=args, queue=RUNS_QUEUE, countdown=countdown, argsrepr=repr(args),
+def send(task: str, args: list[Any], countdown: float | None = None, queue: str = RUNS_QUEUE) -> None:
+    app.send_task(task, args=args, queue=queue, countdown=countdown, argsrepr=repr(args),
                   kwargsrepr="{}")
 
 
@@ -60,13 +63,25 @@ class DagContext:
                      model_for=lambda hint: name_for_role(models, hint))
 
     def save(self, state: DagState, version: int, t: M.Transition) -> bool:
-        """Save, then carry out the effects (only a winning save has any)."""
+        """Save, then carry out the effects (only a winning save has any). A DAG whose
+        request has a webhook arms its ``dag.done`` message before its terminal save (a crash
+        in between leaves it armed; its delivery finds the DAG not over and waits for the
+        save that ends it) and sends it after."""
+        hook = state.phase == "done" and self._wants_webhook(state.dag_id)
+        if hook:
+            webhooks.store(self.rt).arm(webhook_id("dag", state.dag_id))
         if not self.store.commit(state, version, t.events):
             log.info("dag %s: version %s was saved elsewhere", state.dag_id, version)
             return False
         for effect in t.effects:
             self._apply(effect, state.dag_id)
+        if hook:
+            webhooks.send_done("dag", state.dag_id, lambda task, args, queue: send(task, args, queue=queue))
         return True
+
+    def _wants_webhook(self, dag_id: str) -> bool:
+        raw = self.rt.redis.hget(self.rt.keys.dag(dag_id), "request")
+        return raw is not None and webhooks.done_webhook(json.loads(raw).get("webhook"))
 
     def _apply(self, effect: M.Effect, dag_id: str) -> None:
         runs = self.rt.store

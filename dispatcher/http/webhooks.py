@@ -1,0 +1,60 @@
+"""Webhook delivery logs: ``GET /v1/runs/{id}/webhooks``, ``/v1/dags/{id}/webhooks``,
+``/v1/batches/{id}/webhooks`` → ``{deliveries: [{webhook_id, type, status, attempts,
+last_status_code, next_attempt_at, last_error}]}`` oldest first; 404 for an unknown owner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from reactq.dispatcher.http.errors import not_found
+from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
+from reactq.shared.stores.webhooks import WebhookStore
+
+router = APIRouter(tags=["webhooks"])
+
+
+class DeliveryOut(BaseModel):
+    webhook_id: str
+    type: str
+    status: str
+    """pending, delivered or failed."""
+    attempts: int
+    last_status_code: int | None
+    next_attempt_at: float | None
+    """When the next attempt is due (epoch seconds) while a retry waits."""
+    last_error: str | None = None
+
+
+class Deliveries(BaseModel):
+    deliveries: list[DeliveryOut]
+
+
+def _list(gw: Gateway, kind: str, owner_id: str) -> Any:
+    keys = gw.keys
+    owner_key = {"run": keys.run, "dag": keys.dag, "batch": keys.batch}[kind](owner_id)
+    r = gw.dispatcher.redis
+    if not r.exists(owner_key):
+        return not_found(f"no {kind} with id {owner_id!r} (it may have expired)")
+    store = WebhookStore(r, keys, ttl_seconds=gw.settings.run_ttl_seconds)
+    return Deliveries(deliveries=[DeliveryOut(**d) for d in store.list_for(kind, owner_id)])
+
+
+@router.get("/v1/runs/{run_id}/webhooks", response_model=Deliveries)
+def run_webhooks(run_id: IdPath, gw: GatewayDep) -> Any:
+    """The run's webhook messages (``run.done``, ``approval.requested``) and their delivery."""
+    return _list(gw, "run", run_id)
+
+
+@router.get("/v1/dags/{dag_id}/webhooks", response_model=Deliveries)
+def dag_webhooks(dag_id: IdPath, gw: GatewayDep) -> Any:
+    """The DAG's ``dag.done`` message and its delivery."""
+    return _list(gw, "dag", dag_id)
+
+
+@router.get("/v1/batches/{batch_id}/webhooks", response_model=Deliveries)
+def batch_webhooks(batch_id: IdPath, gw: GatewayDep) -> Any:
+    """The batch's ``batch.done`` message and its delivery."""
+    return _list(gw, "batch", batch_id)

@@ -1,0 +1,1 @@
+"""Every module that reads or writes Redis for one kind of record."""
