@@ -18,8 +18,10 @@ resolved address.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -144,8 +146,14 @@ def guarded_transport(allow: Allowlist, setting: str = "REACTQ_HTTP_FETCH_ALLOW"
     transport = httpx2.AsyncHTTPTransport(trust_env=False)
     # httpx2's transport has no network_backend argument; the pool it builds does.
     transport._pool = httpcore2.AsyncConnectionPool(  # noqa: SLF001
-        ssl_context=httpx2.create_ssl_context(), network_backend=GuardedBackend(allow, setting=setting))
+        ssl_context=_ssl_context(), network_backend=GuardedBackend(allow, setting=setting))
     return transport
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """Built once per process: loading the CA bundle costs a few hundred milliseconds."""
+    return httpx2.create_ssl_context()
 
 
 def pick_address(host: str, port: int, infos: list[Any], allow: Allowlist, setting: str) -> IPAddress:
