@@ -222,3 +222,43 @@ def test_a_delivery_survives_a_kill_of_every_worker(killable: Hooked, llm: LLMFi
     assert all(signature_ok(g) for g in got)
     [d] = c.deliveries("run", run_id, until="delivered")
     assert d["attempts"] >= 1 and d["last_status_code"] == 200
+
+
+# -- the docs' receiver, run as written --------------------------------------------------------
+
+def test_the_docs_receiver_verifies_real_messages_and_refuses_forged_ones(
+        hooked: Hooked, llm: LLMFixture, tmp_path: Path) -> None:
+    import re
+    import subprocess
+    import sys
+
+    import httpx
+
+    from reactq.shared.redisconn import free_port
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "webhooks.md").read_text()
+    code = re.search(r'^```python title="receiver.py"\n(.*?)^```', text, re.M | re.S)
+    assert code is not None and len([ln for ln in code.group(1).splitlines() if ln.strip()]) <= 16
+    (tmp_path / "receiver.py").write_text(code.group(1))
+    port = free_port()
+    env = {"PATH": "/usr/bin:/bin", "PORT": str(port), "REACTQ_WEBHOOK_SECRET": SECRET}
+    proc = subprocess.Popen([sys.executable, "receiver.py"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                forged = httpx.post(f"http://127.0.0.1:{port}/", content=b'{"type":"run.done"}', headers={
+                    "webhook-id": "msg_forged", "webhook-timestamp": str(int(time.time())),
+                    "webhook-signature": "v1,AAAA"})
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert forged.status_code == 400
+        run_id = _run(hooked, llm, f"http://127.0.0.1:{port}/reactq")
+        assert hooked.deliveries("run", run_id, until="delivered")[0]["last_status_code"] == 204
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=10)
+    assert out.splitlines() == [f"msg_run_{run_id} run.done succeeded"]
