@@ -262,3 +262,26 @@ def test_the_docs_receiver_verifies_real_messages_and_refuses_forged_ones(
         proc.terminate()
         out, _ = proc.communicate(timeout=10)
     assert out.splitlines() == [f"msg_run_{run_id} run.done succeeded"]
+
+
+def test_enqueue_webhook_sends_approval_requested_only_when_asked(hooked: Hooked) -> None:
+    from reactq.workers.runtime import Runtime
+    from reactq.workers.webhooks import enqueue_webhook
+
+    rt = Runtime(hooked.settings)
+    path = f"/approval-{uuid.uuid4().hex[:6]}"
+    url = hooked.receiver.plan(path, [Plan(200)])
+    data = {"approval_id": "ap1", "run_id": "r-approval", "tool_name": "deploy", "tool_args": {}}
+
+    def send(task: str, args: list[Any], queue: str) -> None:
+        hooked.d.send(task, args, queue)
+
+    assert enqueue_webhook(rt, "approval.requested", data, webhook={"url": url}, owner=("run", "r-approval"),
+                           key="ap1", send=send) is None, "events defaults to done only"
+    wid = enqueue_webhook(rt, "approval.requested", data, webhook={"url": url, "events": ["done", "approval.requested"]},
+                          owner=("run", "r-approval"), key="ap1", send=send)
+    assert wid == "msg_approval_ap1"
+    [got] = hooked.receiver.wait(path, 1)
+    assert signature_ok(got) and got.json["type"] == "approval.requested" and got.json["data"] == data
+    [d] = hooked.deliveries("run", "r-approval", until="delivered")
+    assert (d["webhook_id"], d["type"]) == ("msg_approval_ap1", "approval.requested")

@@ -16,7 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 YAML_FILES = sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yml", ".yaml"))
-QUEUES = {"reactq.runs", "reactq.tools"}
+QUEUES = {"reactq.runs", "reactq.tools", "reactq.webhooks"}
 
 
 def procfile() -> dict[str, str]:
