@@ -47,8 +47,9 @@ class Hooked:
         self.models = models
         self.log = WebhookStore(r, Keys())
 
-    def start_worker(self, name: str) -> Worker:
-        w = self.factory.start(name, queues=QUEUES, concurrency=3, REACTQ_MODELS=str(self.models), **HOOK_ENV)
+    def start_worker(self, name: str, **env: str) -> Worker:
+        w = self.factory.start(name, queues=QUEUES, concurrency=3, REACTQ_MODELS=str(self.models),
+                               **{**HOOK_ENV, **env})
         self.workers.append(w)
         return w
 
@@ -222,6 +223,39 @@ def test_a_delivery_survives_a_kill_of_every_worker(killable: Hooked, llm: LLMFi
     assert all(signature_ok(g) for g in got)
     [d] = c.deliveries("run", run_id, until="delivered")
     assert d["attempts"] >= 1 and d["last_status_code"] == 200
+
+
+@pytest.fixture
+def bare(backend: Backend, llm: LLMFixture, tmp_path: Path) -> Iterator[Hooked]:
+    yield from _hooked(backend, llm, tmp_path, 15, [])
+
+
+def test_a_worker_killed_between_the_last_commit_and_the_send_loses_no_message(
+        bare: Hooked, llm: LLMFixture, tmp_path: Path) -> None:
+    # Given the only worker, stopped right after a run's terminal commit (how many commits a
+    # run makes is read from a reference run on a plain worker)
+    plain = bare.start_worker("commit-ref")
+    q = llm.script(llm.unique("reference run"), [reply_text("done thinking")], synthesis=reply_text("x"))
+    ref = bare.d.submit(RunRequest(query=q))
+    assert ref.result(timeout=30)["status"] == "succeeded"
+    commits = int(bare.r.hget(Keys().run(ref.run_id), "step_no") or 0)
+    plain.stop()
+    fault = tmp_path / "fault"
+    a = bare.start_worker("commit-a", REACTQ_FAULT_POINTS="after_commit", REACTQ_FAULT_SKIP=str(commits - 1),
+                          REACTQ_FAULT_FILE=str(fault))
+    path = f"/late-{uuid.uuid4().hex[:6]}"
+    run_id = _run(bare, llm, bare.receiver.plan(path, [Plan(200)]))
+    deadline = time.monotonic() + 30
+    while not fault.exists():
+        assert time.monotonic() < deadline, a.log.read_text()[-2000:]
+        time.sleep(0.05)
+    # When it is killed before it sent the delivery, and another worker starts
+    a.kill()
+    assert bare.d.handle(run_id).status()["status"] == "succeeded" and not bare.receiver.at(path)
+    bare.start_worker("commit-b")
+    # Then the message armed with the commit is delivered by the new worker's watchdog
+    [got] = bare.receiver.wait(path, 1, timeout=20)
+    assert got.headers["webhook-id"] == f"msg_run_{run_id}" and signature_ok(got)
 
 
 # -- the docs' receiver, run as written --------------------------------------------------------
