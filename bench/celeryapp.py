@@ -26,11 +26,11 @@ from typing import Any
 
 import redis
 
-import reactq.workers.tasks  # noqa: F401  (registers reactq's tasks and worker signals)
+import reactq.workers.runs.tasks  # noqa: F401  (registers reactq's tasks and worker signals)
 from bench import experiments
 from reactq.shared.redisconn import redis_url
 from reactq.shared.settings import Settings
-from reactq.shared.store import RunStore
+from reactq.shared.stores.runs import RunStore
 from reactq.workers.app import app
 
 _redis: redis.Redis | None = None

@@ -1,7 +1,7 @@
 """How often the bundled SmolLM2 answers the demo's questions right, per way of asking it.
 
 ``python -m bench.local_model [--runs 3] [--variants now,before]`` runs the demo's sample
-questions (``dispatcher/samples/questions.jsonl``, graded by their ``expect`` patterns) through
+questions (``dispatcher/local/samples/questions.jsonl``, graded by their ``expect`` patterns) through
 real workers against a local model server, once per variant and run, one question at a
 time (the server answers one request at a time; concurrent runs only queue):
 
@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from reactq.dispatcher.client import Dispatcher
-    from reactq.dispatcher.demo import load_questions, run_batch
-    from reactq.dispatcher.local import ensure_workers, stop_workers
-    from reactq.dispatcher.localmodel import LocalModelServer, find_gguf, local_model_missing, write_registry
+    from reactq.dispatcher.local.demo import load_questions, run_batch
+    from reactq.dispatcher.local.workers import ensure_workers, stop_workers
+    from reactq.dispatcher.local.model import LocalModelServer, find_gguf, local_model_missing, write_registry
     from reactq.shared.redisconn import redis_url
     from reactq.shared.settings import Settings
 

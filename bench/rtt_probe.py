@@ -12,7 +12,7 @@ Each send is attributed to
   ``-`` (the watchdog, the lease heartbeat, the consumer loop: background work);
 * the first frame outside redis-py: ``broker`` when it is kombu's or Celery's own traffic
   (publishing the next task, acks, task events), else ``<file>:<function>`` of reactq's
-  code (``shared/store.py:commit``).
+  code (``shared/stores/runs.py:commit``).
 
 Every 0.2 s the counts are written to ``$BENCH_RTT_DIR/<pid>.json`` (the driver sums them).
 """

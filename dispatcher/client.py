@@ -29,10 +29,10 @@ from reactq.shared.redisconn import broker_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.requests import RunRequest, check_run_request
 from reactq.shared.settings import Settings
-from reactq.shared.store import RunStore
+from reactq.shared.stores.runs import RunStore
 from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
-from reactq.shared.idempotency import idempotent_id
+from reactq.shared.stores.idempotency import idempotent_id
 
 
 def follow_events(read: Callable[[str | None, int], list[tuple[str, Event]]], exists: Callable[[], object],

@@ -26,14 +26,14 @@ from reactq.dispatcher.client import Dispatcher, check_interrupt, follow_events
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
-from reactq.shared.dag.store import DagNotFound, DagStore, public_view
+from reactq.shared.stores.dags import DagNotFound, DagStore, public_view
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
 from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import DAG_ADVANCE, DAG_START
-from reactq.shared.idempotency import idempotent_id
+from reactq.shared.stores.idempotency import idempotent_id
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
 

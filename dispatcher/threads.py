@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
-from reactq.shared.streams import text
-from reactq.shared.threads import (
+from reactq.shared.stores.streams import text
+from reactq.shared.stores.threads import (
     ORPHAN_AFTER,
     ThreadStore,
     arm_first_step,

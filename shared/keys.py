@@ -19,7 +19,7 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
 | ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
 | ``runs:batch:{id}``, ``runs:thread:{id}`` | zset | create script    | refreshed at each create    |
-|   the run index behind ``GET /v1/runs`` (``shared/runs_index.py``); members whose run hash
+|   the run index behind ``GET /v1/runs`` (``shared/stores/runs_index.py``); members whose run hash
 |   expired are dropped by the listing that meets them
 | ``lease:{lease-N}:leases``        | zset   | workers               | none (member → expiry ms)   |
 | ``lease:{lease-N}:tasks``         | hash   | workers               | none (member → task spec)   |
@@ -27,7 +27,7 @@ its id and the run's Lua scripts touch one slot, on one shard.
 |   N = crc32(member) mod ``LEASE_SHARDS``: one shard's three keys share a slot
 | ``due``                           | zset   | run/DAG commits (Lua) | none (member → deadline ms) |
 |   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``: work committed and not yet
-|   finished; watchdogs resend what is past its deadline and holds no lease (workers/due.py).
+|   finished; watchdogs resend what is past its deadline and holds no lease (workers/recovery/watchdog.py).
 |   A cross-run structure (one per deployment), like ``runs``: not hash-tagged.
 |   Resend counts live in the owner's hash: ``run:{id}`` fields ``due_n``, ``due_n:{call}``;
 |   ``dag:{id}`` field ``due_n``.
@@ -121,8 +121,8 @@ class Keys:
 
     @property
     def due(self) -> str:
-        """Work committed and not finished (zset: member → deadline ms), see workers/due.py.
-        A cross-run key: written beside a run's scripts on a Redis Cluster (shared/store.py)."""
+        """Work committed and not finished (zset: member → deadline ms), see workers/recovery/watchdog.py.
+        A cross-run key: written beside a run's scripts on a Redis Cluster (shared/stores/runs.py)."""
         return f"{self.prefix}due"
 
     def runs_thread(self, thread_id: str) -> str:

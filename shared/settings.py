@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     run_ttl_seconds: int = Field(24 * 3600, ge=1)
     events_maxlen: int = Field(10_000, ge=100)
     lease_seconds: float = Field(3.0, gt=0)
-    # Durability (workers/due.py): work committed but not started within lease_seconds +
+    # Durability (workers/recovery/watchdog.py): work committed but not started within lease_seconds +
     # due_grace_seconds is sent again; a task whose holder died max_task_crashes times is not.
     due_grace_seconds: float = Field(2.0, gt=0)
     max_task_crashes: int = Field(3, ge=1)
@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     max_interrupt_chars: int = Field(20_000, ge=1)
     """The longest follow-up message a run or DAG takes (422 above it)."""
     stall_seconds: float = Field(60.0, gt=0)
-    """A run unchanged this long with no lease held is sent on again (``workers/sweeper.py``)."""
+    """A run unchanged this long with no lease held is sent on again (``workers/recovery/sweeper.py``)."""
     max_interrupts: int = Field(100, ge=1)
     """Follow-ups per run or DAG (429 above it; the stream is capped at this length)."""
     flow_completion_estimate: int = Field(512, ge=1)
@@ -108,5 +108,5 @@ class Settings(BaseSettings):
 
     @property
     def due_seconds(self) -> float:
-        """Committed work not taken up within this long is sent again (workers/due.py)."""
+        """Committed work not taken up within this long is sent again (workers/recovery/watchdog.py)."""
         return self.lease_seconds + self.due_grace_seconds

@@ -57,7 +57,7 @@ def parse_webhook_id(wid: str) -> tuple[str, str] | None:
 
 
 def due_member(wid: str) -> str:
-    """The delivery's member in the ``due`` set and its lease name (``shared/due.py``)."""
+    """The delivery's member in the ``due`` set and its lease name (``shared/stores/due.py``)."""
     return f"webhook:{wid}"
 
 

@@ -4,9 +4,9 @@ configuration, in the one module both the dispatcher and the workers import.
 The dispatcher enqueues by task name (``send_task``) with these names and this
 configuration, so a gateway host never imports worker, tool or hook code
 (``tests/unit/test_layering.py``); the workers register their tasks under the same names
-(``workers/tasks.py``, ``workers/dags/tasks.py``).
+(``workers/runs/tasks.py``, ``workers/dags/tasks.py``).
 
-What each task does is in ``workers/tasks.py`` (a run's) and ``workers/dags/tasks.py`` (a DAG's).
+What each task does is in ``workers/runs/tasks.py`` (a run's) and ``workers/dags/tasks.py`` (a DAG's).
 """
 
 from __future__ import annotations

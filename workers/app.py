@@ -12,7 +12,7 @@
   (``reactq:due``, in the same Lua script), each running task holds a short lease in Redis
   (``REACTQ_LEASE_SECONDS``, 3 s, heartbeat every second), and every worker's watchdog
   re-sends what is due and neither started within the bound nor held by a live lease (see
-  ``workers/due.py``).
+  ``workers/recovery/watchdog.py``).
 """
 
 from __future__ import annotations
@@ -25,5 +25,5 @@ from reactq.shared.wire import celery_config
 
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 
-app = Celery("reactq", include=["reactq.workers.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel"])
+app = Celery("reactq", include=["reactq.workers.runs.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel"])
 app.conf.update(celery_config(Settings()))

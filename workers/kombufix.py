@@ -24,12 +24,12 @@ def apply() -> None:
     channel = kredis.Channel
     if getattr(channel, _PATCHED, False):
         return
-    original = channel._connparams
+    original: Any = channel._connparams
 
     def _connparams(self: Any, asynchronous: bool = False) -> Any:
         if getattr(self.connection, "client", None) is None:
             raise redis.ConnectionError("the broker connection was already closed")
         return original(self, asynchronous=asynchronous)
 
-    channel._connparams = _connparams
+    channel._connparams = _connparams  # type: ignore[method-assign]  # the patch itself
     setattr(channel, _PATCHED, True)

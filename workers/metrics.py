@@ -4,8 +4,8 @@ Workers are many processes on many machines, so they do not serve metrics themse
 each figure is added to a ``reactq:metrics:{family}`` hash with ``HINCRBY`` /
 ``HINCRBYFLOAT`` — in a running step, with the step's own round trips (a commit carries the
 step's figures, and applies them only if it wins; an LLM call's go with the step's next
-round trip, ``reactq.shared.roundtrip``), else one pipelined round trip — and the gateway's
-``GET /metrics`` (``dispatcher/metrics.py``) reads the hashes and renders them in the
+round trip, ``reactq.shared.stores.roundtrip``), else one pipelined round trip — and the gateway's
+``GET /metrics`` (``dispatcher/http/metrics.py``) reads the hashes and renders them in the
 Prometheus text format. Nothing is ever reset: the values are monotonic counters, as
 Prometheus expects, across worker restarts.
 
@@ -28,8 +28,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
 
 import redis
 
@@ -38,14 +38,11 @@ from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.registry import ModelRegistry
-from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+from reactq.shared.stores.metrics_schema import (  # noqa: F401  (re-exported for callers)
     FAMILIES, INFLIGHT, Family, bucket_label, label_field,
 )
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
-from reactq.shared.roundtrip import Op, defer
-
-if TYPE_CHECKING:
-    from reactq.workers.runtime import Runtime
+from reactq.shared.stores.roundtrip import Op, defer
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +56,7 @@ def bucket_for(family: Family, value: float) -> str:
 
 class Batch:
     """Metric updates gathered for one round trip: ``flush`` sends them with the running
-    step's next round trip (``reactq.shared.roundtrip.defer``), or at once outside a step;
+    step's next round trip (``reactq.shared.stores.roundtrip.defer``), or at once outside a step;
     ``ops`` hands them to a commit that applies them only if it wins."""
 
     def __init__(self, recorder: Recorder) -> None:
@@ -155,9 +152,9 @@ def error_code(exc: BaseException) -> str:
     return str(status) if status is not None else type(exc).__name__
 
 
-# -- run lifecycle (what workers/drive.py's commits carry) -------------------------------
+# -- run lifecycle (what workers/runs/drive.py's commits carry) -------------------------------
 
-def commit_ops(rt: Runtime, state: RunState, step_no: int, adv: Advance,
+def commit_ops(rec: Recorder, state: RunState, step_no: int, adv: Advance,
                began: float | None = None, turn_began: float | None = None) -> list[Op]:
     """What committing this step (``step_no`` before it) means for the metrics, from the
     step that ran (``adv.step``) and what comes next (``adv.next``); the commit applies them
@@ -174,7 +171,7 @@ def commit_ops(rt: Runtime, state: RunState, step_no: int, adv: Advance,
     now = time.time()
     rid = state.run_id
     turn_labels = [state.model, state.mode]
-    b = Recorder(rt.redis, rt.keys).batch()
+    b = rec.batch()
     if step_no == 0:
         b.inc("runs_started", [state.mode])
         b.hset(INFLIGHT, rid, f"{state.started_at or now:.3f}")
@@ -247,7 +244,31 @@ def metered_registry(registry: ModelRegistry, recorder: Recorder) -> ModelRegist
     return out
 
 
-def record_tool(rt: Runtime, outcome: ToolOutcome) -> list[Op]:
+def record_tool(rec: Recorder, outcome: ToolOutcome) -> list[Op]:
     """A tool call this worker just executed: its metrics, for ``toolcall`` to send with the
     round trip that records the outcome (applied only if that outcome is the call's)."""
-    return tool_ops(Recorder(rt.redis, rt.keys), outcome)
+    return tool_ops(rec, outcome)
+
+
+# -- flow control (families in ``shared/stores/metrics_schema.py``) --------------------------
+
+def flow_recorder(rec: Recorder) -> Callable[[str, dict[str, Any]], None]:
+    """Flow control's ``on_event``: waits, provider 429s, reserved vs reported tokens."""
+
+    def on_event(kind: str, f: dict[str, Any]) -> None:
+        b = rec.batch()
+        if kind == "wait":
+            b.observe("flow_wait_seconds", [f["model"], f["priority"]], float(f["seconds"]))
+        elif kind == "provider_429":
+            b.inc("flow_provider_429", [f["model"], str(f["status"])])
+        elif kind == "settle":
+            b.inc("flow_tokens", [f["model"], "reserved"], int(f["reserved"]))
+            b.inc("flow_tokens", [f["model"], "actual"], int(f["actual"]))
+        b.flush()
+
+    return on_event
+
+
+def budget_stop(rec: Recorder, scope: str, n: int = 1) -> None:
+    """Runs stopped by their token budget (``scope`` run), batch lines skipped."""
+    rec.batch().inc("flow_budget_stops", [scope], n).flush()

@@ -16,7 +16,7 @@ Everything here is a no-op unless ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, cast
 
 from celery import signals
 
@@ -59,7 +59,7 @@ def _start(task_id: str | None = None, task: Any = None, args: Any = None, **_: 
     from opentelemetry.propagate import extract
 
     run_id = str(args[0]) if args else ""
-    ctx = extract(task.request, getter=_RequestGetter())
+    ctx = extract(task.request, getter=cast(Any, _RequestGetter()))
     if not trace.get_current_span(ctx).get_span_context().is_valid and run_id:
         ctx = otel.run_context(run_id)
     attrs: dict[str, Any] = {"celery.task.name": task.name, "celery.task.id": task_id,

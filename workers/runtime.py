@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import redis
 
-from reactq.shared.engine.context import ContextGuard
+from reactq.shared.engine.deps import DepsCache, model_for
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.flow.middleware import FlowControl, limited_registry
@@ -27,13 +27,15 @@ from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry, load_registry
 from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
-from reactq.shared.calls import CallLedger
-from reactq.shared.store import RunStore
+from reactq.shared.stores.calls import CallLedger
+from reactq.shared.stores.flow import FlowLimiter
+from reactq.shared.stores.roundtrip import defer
+from reactq.shared.stores.runs import RunStore, spend_op
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
-from reactq.workers.lease import Leases
-from reactq.workers.metrics import Recorder, metered_registry
+from reactq.workers.recovery.lease import Leases
+from reactq.workers.metrics import Recorder, flow_recorder, metered_registry
 from reactq.workers.otel import traced_registry
 
 T = TypeVar("T")
@@ -64,10 +66,23 @@ class Runtime:
         return Leases(self.redis, self.keys, self.settings.lease_seconds, holder=self.worker_name)
 
     @cached_property
-    def flow(self) -> FlowControl:
-        from reactq.workers.flow import flow_control
+    def recorder(self) -> Recorder:
+        return Recorder(self.redis, self.keys)
 
-        return flow_control(self)
+    @cached_property
+    def flow(self) -> FlowControl:
+        """Flow control for every model this worker calls (``reactq.shared.flow``): the
+        cluster-wide limiter, its metrics, and each call's spend in its run's record (sent with
+        the step's next round trip: right after the call, its read of interrupts)."""
+        r, keys = self.redis, self.keys
+
+        def on_spend(run_id: str, tokens: int) -> None:
+            defer(r, [spend_op(keys, run_id, tokens)])
+
+        return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend,
+                           on_event=flow_recorder(self.recorder),
+                           completion_estimate=self.settings.flow_completion_estimate,
+                           inline_wait_s=self.settings.flow_inline_wait_s)
 
     @cached_property
     def tools(self) -> ToolRegistry:
@@ -84,29 +99,23 @@ class Runtime:
     # -- per thread ---------------------------------------------------------------------
     @property
     def models(self) -> ModelRegistry:
-        reg = getattr(self._local, "models", None)
+        reg: ModelRegistry | None = getattr(self._local, "models", None)
         if reg is None:
-            metered = metered_registry(load_registry(self.settings), Recorder(self.redis, self.keys))
+            metered = metered_registry(load_registry(self.settings), self.recorder)
             # Flow control outside metering and tracing: waits are not call latency (reactq.shared.flow).
             reg = self._local.models = limited_registry(traced_registry(metered), self.flow)
         return reg
 
     def llm(self, name: str | None) -> LLM:
         """The model by registry name (a run's ``model``), else the default."""
-        reg = self.models
-        if name and name in reg:
-            return reg.get(name)
-        return reg.get_default()
+        return model_for(self.models, name)
 
     def deps_for(self, state: RunState | None, model: str | None = None) -> EngineDeps:
-        llm = self.llm(state.model if state else model)
-        reg = self.models
-        fast = reg.get_by_role("fast") if _has_role(reg, "fast") else llm
-        guard = ContextGuard(self.config.context_budget, llm=fast,
-                             max_message_chars=self.config.max_message_chars,
-                             keep_recent=self.config.keep_recent)
-        return EngineDeps(llm=llm, registry=self.tools, hooks=self.hooks, config=self.config,
-                          guard=guard, selection_llm=fast)
+        """The run's dependencies, built once per model for this thread (``DepsCache``)."""
+        cache: DepsCache | None = getattr(self._local, "deps", None)
+        if cache is None:
+            cache = self._local.deps = DepsCache(self.models, self.tools, self.hooks, self.config)
+        return cache.get(state.model if state else model)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on this thread's long-lived event loop."""
@@ -114,14 +123,6 @@ class Runtime:
         if loop is None or loop.is_closed():
             loop = self._local.loop = asyncio.new_event_loop()
         return loop.run_until_complete(coro)
-
-
-def _has_role(reg: ModelRegistry, role: str) -> bool:
-    try:
-        reg.get_by_role(role)
-    except KeyError:
-        return False
-    return True
 
 
 _runtime: Runtime | None = None

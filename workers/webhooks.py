@@ -5,9 +5,9 @@ One task = one attempt. It holds the message's lease (``webhook:<webhook_id>``) 
 POSTs, so a second delivery of the same message backs off; the delivery log
 (``reactq.shared.stores.webhooks``) says whether the message is still pending and when its
 next attempt is due; the ``due`` set brings it back when its retry is due or its worker
-died (``workers/due.py``): no Celery countdown, no broker visibility timeout involved.
+died (``workers/recovery/watchdog.py``): no Celery countdown, no broker visibility timeout involved.
 
-A terminal run arms its message in the commit's round trip (``workers/drive.py``), a DAG
+A terminal run arms its message in the commit's round trip (``workers/runs/drive.py``), a DAG
 before its terminal commit, a batch before its terminal write; then the ``reactq.webhook``
 task is sent. If the process dies in between, the watchdog sends it. The first attempt builds
 the message from the stored owner (its record: status, result, the time it ended), so every
@@ -39,13 +39,14 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.requests import WebhookSpec
 from reactq.shared.settings import Settings
 from reactq.shared.stores.webhooks import Delivery, WebhookStore
-from reactq.shared.streams import text
+from reactq.shared.stores.streams import text
 from reactq.shared.tools.netguard import Allowlist, FetchRefused, guarded_transport
 from reactq.shared.webhooks import (
     APPROVAL_TYPE, DONE_TYPES, body, due_member, judge, parse_webhook_id, retry_delay, run_data, webhook_id,
 )
 from reactq.shared.wire import WEBHOOK, WEBHOOKS_QUEUE
-from reactq.workers.metrics import Recorder
+from reactq.shared.stores.due import Member
+from reactq.workers.recovery.watchdog import DueWatchdog, Handler
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -240,13 +241,32 @@ def _record(rt: Runtime, st: WebhookStore, d: Delivery, answer: Answer, seconds:
 
 def _metrics(rt: Runtime, d: Delivery, outcome: str, seconds: float) -> None:
     try:
-        b = Recorder(rt.redis, rt.keys).batch()
+        b = rt.recorder.batch()
         b.inc("webhook_attempts", [d.type, outcome]).observe("webhook_attempt_seconds", [d.type], seconds)
         if d.status != "pending":
             b.inc("webhook_deliveries", [d.type, d.status])
         b.flush()
     except redis.RedisError:
         log.warning("webhook metrics for %s were not recorded", d.webhook_id)
+
+
+def resend(wd: DueWatchdog, member: str, m: Member, died: bool) -> None:
+    """The watchdog's handler: a message whose retry is due, or whose worker died mid-attempt
+    (counted: at ``REACTQ_MAX_TASK_CRASHES`` it is ``failed``, not sent again)."""
+    d = store(wd.rt).load(m.owner)
+    if d is not None and d.status != "pending":
+        wd.forget(member)
+        return
+    if d is not None and died:
+        crashes = wd.crashes.count(wd.rt.keys.webhook(m.owner), "due_n", d.attempts, died)
+        if crashes >= wd.crashes.limit:
+            log.error("webhook %s: its worker stopped %s times; not sent again", m.owner, crashes)
+            give_up(wd.rt, m.owner, crashes)
+            return
+    wd.send(WEBHOOK, [m.owner], WEBHOOKS_QUEUE)
+
+
+HANDLERS: dict[str, Handler] = {"webhook": resend}
 
 
 def give_up(rt: Runtime, wid: str, crashes: int) -> None:

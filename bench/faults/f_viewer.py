@@ -27,8 +27,8 @@ import redis
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import free_port, start_server
-from reactq.shared.runs_index import RunFilter, RunsIndex
-from reactq.shared.store import RunStore
+from reactq.shared.stores.runs_index import RunFilter, RunsIndex
+from reactq.shared.stores.runs import RunStore
 
 RUNS = 20_000
 EVENTS = 400

@@ -137,7 +137,7 @@ class BatchDriver:
         ids = list(inflight)
         for rid in ids:
             pipe.hmget(d.keys.run(rid), "status", "result")
-        out = []
+        out: list[tuple[str, dict[str, Any] | None, str]] = []
         for rid, (status, result) in zip(ids, pipe.execute(), strict=True):
             if status is None:  # expired (or deleted) before we saw it end
                 out.append((rid, None, "failed"))

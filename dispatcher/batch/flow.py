@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
+from reactq.shared.stores.runs import SPENT_FIELD
 
 if TYPE_CHECKING:
     from reactq.dispatcher.batch.driver import BatchDriver
 
-SPENT_FIELD = "tokens_spent"  # the run hash field (reactq.workers.flow.SPENT_FIELD)
 
 
 @dataclass
@@ -72,7 +72,7 @@ class BatchFlow:
 
 def _count_budget_stop(d: Any, lines: int) -> None:
     """``reactq_flow_budget_stops{scope="batch_line"}`` (the schema the workers write)."""
-    from reactq.shared.metrics_schema import label_field
+    from reactq.shared.stores.metrics_schema import label_field
 
     try:
         d.redis.hincrby(d.keys.metrics("flow_budget_stops"), label_field(["batch_line"]), lines)

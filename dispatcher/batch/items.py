@@ -52,7 +52,7 @@ def format_validation(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-Validator = Callable[[RunRequest], None]
+Validator = Callable[[RunRequest], object]
 
 
 def parse_obj(obj: Any, line: int, validate: Validator | None = None) -> BatchItem:

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -74,7 +74,7 @@ class BatchStore:
 
     def items(self, batch_id: str) -> tuple[list[BatchItem], int, set[int]]:
         """(items, concurrency, lines that already have a result)."""
-        raw = self.r.hgetall(self.keys.batch(batch_id))
+        raw = cast(dict[bytes, bytes], self.r.hgetall(self.keys.batch(batch_id)))
         f = {k.decode(): v for k, v in raw.items()}
         items = [BatchItem.from_dict(x) for x in json.loads(f["items"])]
         done = {int(k.split(":", 1)[1]) for k in f if k.startswith("result:")}
@@ -91,13 +91,15 @@ class BatchStore:
     def finish(self, batch_id: str, stopped: str | None = None) -> None:
         key = self.keys.batch(batch_id)
         status = "cancelled" if stopped == "cancelled" else "done"
-        extra = {"stopped": stopped} if stopped else {}
-        self.r.hset(key, mapping={"status": status, "running": 0, "updated_at": f"{time.time():.6f}", **extra})
+        fields: dict[str | bytes | bytearray | memoryview | int | float, str | int | bytes | bytearray | memoryview | float] = {"status": status, "running": 0, "updated_at": f"{time.time():.6f}"}
+        if stopped:
+            fields["stopped"] = stopped
+        self.r.hset(key, mapping=fields)
         self.r.expire(key, self.ttl)
         self.r.delete(self._lease(batch_id))
 
     def view(self, batch_id: str, *, with_results: bool) -> dict[str, Any] | None:
-        raw = self.r.hgetall(self.keys.batch(batch_id))
+        raw = cast(dict[bytes, bytes], self.r.hgetall(self.keys.batch(batch_id)))
         if not raw:
             return None
         f = {k.decode(): v.decode() for k, v in raw.items()}

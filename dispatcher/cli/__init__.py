@@ -55,8 +55,8 @@ for command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status, 
 app.command(context_settings=_PASS_THROUGH, add_help_option=False)(dag)
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
-for command in (ops.down, ops.models, ops.tools):
-    app.command()(command)
+for op in (ops.down, ops.models, ops.tools):
+    app.command()(op)
 app.command("thread")(threads.thread)
 app.command("batch-cancel")(batches.batch_cancel)
 

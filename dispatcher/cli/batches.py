@@ -10,7 +10,7 @@ unknown batch, 1 if it had already ended.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Optional, cast
 
 import typer
 
@@ -67,7 +67,7 @@ def batch_cancel(batch_id: str = typer.Argument(..., help="the id POST /v1/batch
     from reactq.dispatcher.batch.store import BatchStore
 
     d = dispatcher()
-    status = d.redis.hget(d.keys.batch(batch_id), "status")
+    status = cast(bytes | None, d.redis.hget(d.keys.batch(batch_id), "status"))
     if status is None:
         fail(f"no batch with id {batch_id!r} (it may have expired)")
     if status != b"running":

@@ -47,8 +47,8 @@ def settings() -> Settings:
 
 def with_model(s: Settings) -> Settings:
     """A configured model, else the bundled local one (started once, shared), else exit 2
-    saying what to set or install (``reactq.dispatcher.localmodel``)."""
-    from reactq.dispatcher.localmodel import resolve_model
+    saying what to set or install (``reactq.dispatcher.local.model``)."""
+    from reactq.dispatcher.local.model import resolve_model
 
     try:
         return resolve_model(s)
@@ -87,7 +87,7 @@ def print_json_event(stream_id: str | None, event: Event) -> None:
 
 def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
     """No worker answers ⇒ start one here (the embedded default: works on a fresh machine)."""
-    from reactq.dispatcher.local import ensure_local_workers as ensure
+    from reactq.dispatcher.local.workers import ensure_local_workers as ensure
 
     try:
         ensure(s, d.celery, err)

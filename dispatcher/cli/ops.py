@@ -7,6 +7,8 @@ import json
 import os
 from pathlib import Path
 
+from typing import Any
+
 import typer
 from rich.table import Table
 
@@ -32,7 +34,7 @@ def serve(
         from reactq.shared.redisconn import redis_url
 
         os.environ["REACTQ_REDIS_URL"] = redis_url(s)
-    from reactq.dispatcher.viewer import viewer_url
+    from reactq.dispatcher.local.viewer import viewer_url
 
     typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
     uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
@@ -47,7 +49,7 @@ def worker(
 ) -> None:
     """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
     # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
-    from reactq.dispatcher.local import worker_command
+    from reactq.dispatcher.local.workers import worker_command
     from reactq.shared.redisconn import redis_url
 
     s = with_model(settings())
@@ -60,8 +62,8 @@ def worker(
 
 def down() -> None:
     """Stop the local workers 'reactq run' started and the embedded Valkey server."""
-    from reactq.dispatcher.local import stop_workers
-    from reactq.dispatcher.localmodel import stop_shared_server
+    from reactq.dispatcher.local.workers import stop_workers
+    from reactq.dispatcher.local.model import stop_shared_server
 
     s = settings()
     n = stop_workers(s)
@@ -98,8 +100,8 @@ def tools(as_json: bool = typer.Option(False, "--json")) -> None:
         reg = default_registry(settings())
     except ConfigError as exc:
         fail(str(exc))
-    rows = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
-             "parameters": t.parameters()} for t in reg]
+    rows: list[dict[str, Any]] = [{"name": t.name, "description": t.description, "idempotent": t.idempotent,
+                                   "parameters": t.parameters()} for t in reg]
     if as_json:
         print(json.dumps(rows, ensure_ascii=False))
         return
@@ -121,7 +123,7 @@ def use_of(names: list[str]) -> dict[str, str]:
     """``rpm used / tpm used / in flight`` per model from Redis; empty when it is unreachable."""
     import redis as redis_lib
 
-    from reactq.shared.flow.limiter import FlowLimiter
+    from reactq.shared.stores.flow import FlowLimiter
 
     s = settings()
     if not s.redis_url and not _embedded_running(s.data_dir):

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from rich.table import Table
 
 from reactq.dispatcher.cli import threads
+from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.dispatcher.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -122,8 +123,7 @@ def run_distributed(req: RunRequest, s: Settings, as_json: bool) -> int:
 def run_in_process(req: RunRequest, s: Settings, as_json: bool) -> int:
     """``--local``: the in-process shell, same engine and events, no Redis and no workers."""
     from reactq.dispatcher.cli.render import RunRenderer
-    from reactq.shared.engine.context import ContextGuard
-    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.engine.deps import build_deps
     from reactq.shared.hooks.loader import default_hooks
     from reactq.shared.inprocess import run_local
     from reactq.shared.llm.registry import load_registry
@@ -137,13 +137,7 @@ def run_in_process(req: RunRequest, s: Settings, as_json: bool) -> int:
         check_run_request(req, tools=tools.names(), models=models.list_models())
     except RequestError as exc:
         fail(f"invalid request: {exc}")
-    llm = models.get(req.model) if req.model else models.get_default()
-    fast = models.resolve("fast")
-    config = EngineConfig()
-    guard = ContextGuard(config.context_budget, llm=fast, max_message_chars=config.max_message_chars,
-                         keep_recent=config.keep_recent)
-    deps = EngineDeps(llm=llm, registry=tools, hooks=default_hooks(s), config=config, guard=guard,
-                      selection_llm=fast)
+    deps = build_deps(models, tools, default_hooks(s), EngineConfig(), req.model)
     renderer = None if as_json else RunRenderer(out)
 
     class Sink:
@@ -228,7 +222,7 @@ def cancel(
     """Ask a run to stop at its next step boundary (it ends 'cancelled')."""
     handle = handle_for(run_id)
     status = handle.status()["status"]
-    if status in ("succeeded", "failed", "cancelled"):
+    if status in TERMINAL_STATUSES:
         err.print(f"run {run_id} has already ended ({status})")
         raise typer.Exit(EXIT_OK)
     handle.cancel()

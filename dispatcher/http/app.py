@@ -16,7 +16,11 @@ from contextlib import asynccontextmanager
 import redis
 from fastapi import APIRouter, FastAPI
 
-from reactq.dispatcher import catalog_http, flow_http, runs_index_http, threads_http, ui_http
+from reactq.dispatcher.http import catalog as catalog_http
+from reactq.dispatcher.http import flow as flow_http
+from reactq.dispatcher.http import runs_index as runs_index_http
+from reactq.dispatcher.http import threads as threads_http
+from reactq.dispatcher.http import ui as ui_http
 from reactq.dispatcher.http import batches, dags, errors, ops, runs, webhooks
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson

@@ -80,7 +80,7 @@ def get_batch(batch_id: IdPath, gw: GatewayDep,
     return view
 
 
-def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], None]) -> Any:
+def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], object]) -> Any:
     """A batch body → (items, concurrency, token budget and webhook from the body or None),
     or a 422."""
     if jsonl:

@@ -22,7 +22,7 @@ from reactq.dispatcher.http.errors import field_error, interrupt_reply
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
-from reactq.shared.dag.store import DagNotFound, public_view
+from reactq.shared.stores.dags import DagNotFound, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.requests import DagRequest
 

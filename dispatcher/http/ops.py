@@ -63,7 +63,7 @@ def _broker_ok(settings: Settings) -> bool:
     url = broker_url(settings)
     if url == redis_url(settings):
         return True  # already pinged
-    from kombu import Connection
+    from kombu.connection import Connection
 
     try:
         with Connection(url, connect_timeout=2, ssl=broker_ssl(settings, url) or False) as conn:
@@ -75,8 +75,8 @@ def _broker_ok(settings: Settings) -> bool:
 
 @router.get("/metrics", response_class=Response)
 async def get_metrics(gw: GatewayDep) -> Any:
-    """Prometheus exposition (``reactq.dispatcher.metrics.render``)."""
-    from reactq.dispatcher import metrics
+    """Prometheus exposition (``reactq.dispatcher.http.metrics.render``)."""
+    from reactq.dispatcher.http import metrics
 
     body, content_type = await asyncio.to_thread(metrics.render, gw.settings)
     return Response(body, media_type=content_type)

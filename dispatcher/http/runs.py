@@ -9,7 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ValidationError
 
-from reactq.dispatcher import threads_http
+from reactq.dispatcher.http import threads as threads_http
+from reactq.dispatcher.threads import ThreadBusy
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply
 from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
 from reactq.dispatcher.http.sse import events_response
@@ -32,7 +33,7 @@ def create_run(req: RunRequest, gw: GatewayDep) -> Any:
     """Validate and enqueue a run."""
     try:
         handle = gw.dispatcher.submit(req)
-    except threads_http.ThreadBusy as exc:
+    except ThreadBusy as exc:
         return threads_http.busy_reply(exc)
     except RequestError as exc:
         return field_error(exc.field, str(exc))

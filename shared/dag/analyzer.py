@@ -22,14 +22,21 @@ DEFAULT_ANALYSIS = AnalysisResult(achieved=False, confidence=0.0,
 
 
 class StepView(Protocol):
-    """What the analyzer reads of a step (``StepState`` fits)."""
+    """What the analyzer reads of a step (``StepState`` fits). Read-only, so a step whose
+    ``status`` is a narrower type fits too."""
 
-    id: str
-    task: str
-    status: str
-    dependencies: list[str]
-    tool_hint: str | None
-    result: str | None
+    @property
+    def id(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def dependencies(self) -> list[str]: ...
+    @property
+    def tool_hint(self) -> str | None: ...
+    @property
+    def result(self) -> str | None: ...
 
 
 @dataclass

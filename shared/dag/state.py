@@ -1,7 +1,7 @@
 """A DAG between two tasks: everything a worker needs to continue it (persisted as JSON).
 
 ``DagState`` lives in the ``state`` field of ``reactq:dag:{id}`` and is saved with
-compare-and-set on ``version`` (``reactq.shared.dag.store``), so two workers can never both apply
+compare-and-set on ``version`` (``reactq.shared.stores.dags``), so two workers can never both apply
 a change to the same version: advancing the DAG is atomic.
 """
 
@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, TypeAdapter
 from reactq.shared.errors import StateConflict
+from reactq.shared.engine.state import TERMINAL_STATUSES, Status
 from reactq.shared.models import Usage
 
 from .models import AnalysisResult
@@ -19,8 +20,8 @@ SCHEMA_VERSION = 1
 
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped"]
 DagPhase = Literal["planning", "executing", "analyzing", "synthesizing", "done"]
-DagStatus = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-TERMINAL_DAG_STATUSES = ("succeeded", "failed", "cancelled")
+DagStatus = Status  # a DAG's statuses are a run's
+TERMINAL_DAG_STATUSES = TERMINAL_STATUSES
 FINISHED_STEP = ("completed", "failed", "skipped")
 
 

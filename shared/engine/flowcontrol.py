@@ -1,6 +1,6 @@
 """Flow control's transitions: waiting for model capacity, and the token budget's ending.
 
-The shell decides when (``workers/flow.py`` asks the limiter and reads the spend); these
+The shell decides when (``workers/runs/flow.py`` asks the limiter and reads the spend); these
 say what happens to the run.
 """
 

@@ -18,7 +18,8 @@ SCHEMA_VERSION_SUMMARIES = {1: "first persisted shape"}
 
 Phase = Literal["select", "llm", "tools", "answer", "done"]
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
-TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+TERMINAL_STATUSES: tuple[Status, ...] = ("succeeded", "failed", "cancelled")
+"""The statuses a run (or a DAG) ends in; every other status is ``queued`` or ``running``."""
 
 
 class StepRecord(BaseModel):

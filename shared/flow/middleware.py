@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reactq.shared.errors import LLMError, RateLimited
-from reactq.shared.flow.limiter import Denied, FlowLimiter, Limits, Priority, Ticket
+from reactq.shared.stores.flow import Denied, FlowLimiter, Limits, Priority, Ticket
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 

@@ -8,7 +8,7 @@ message's member in the ``due`` set while it is pending.
 * ``due`` member ``webhook:<webhook_id>``: armed (``ZADD NX``) before or with the terminal
   write that makes the message due, so a crash right after that write leaves it due; scored
   at the next attempt's time while retries wait, removed once the status is final. The
-  watchdogs (``workers/due.py``) send the delivery task for a member past its deadline whose
+  watchdogs (``workers/recovery/watchdog.py``) send the delivery task for a member past its deadline whose
   lease nobody holds: a delivery whose worker died resumes within seconds.
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 import redis
 
-from reactq.shared.due import deadline_ms
+from reactq.shared.stores.due import deadline_ms
 from reactq.shared.keys import Keys
-from reactq.shared.roundtrip import Op
-from reactq.shared.streams import text
+from reactq.shared.stores.roundtrip import Op
+from reactq.shared.stores.streams import text
 from reactq.shared.webhooks import due_member
 
 # KEYS: the delivery hash. ARGV: ttl s, then field/value pairs. Writes the delivery only if

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from reactq.dispatcher.localmodel import (
+from reactq.dispatcher.local.model import (
     CHAT_FORMAT,
     LocalModelServer,
     find_gguf,
@@ -108,7 +108,7 @@ def e2e_settings(e2e_redis: str, recorder: Any, recorder_fc: Any,
 
 @pytest.fixture(scope="session")
 def e2e_worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from reactq.dispatcher.local import worker_command
+    from reactq.dispatcher.local.workers import worker_command
 
     log = tmp_path_factory.mktemp("e2e-worker") / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}

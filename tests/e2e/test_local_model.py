@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from tests.e2e.conftest import FC_MODEL
 
-from reactq.dispatcher.demo import load_questions
-from reactq.dispatcher.metrics import snapshot
+from reactq.dispatcher.local.demo import load_questions
+from reactq.dispatcher.http.metrics import snapshot
 from reactq.shared.engine.action_schema import action_schema
 from reactq.shared.engine.prompts import ANSWER_NOW
 from reactq.shared.engine.state import TERMINAL_STATUSES

@@ -13,8 +13,9 @@ from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.settings import Settings
-from reactq.workers.backlog import Backlog
-from reactq.workers.due import DueWatchdog
+from reactq.workers.recovery.backlog import Backlog
+from reactq.workers.recovery.watchdog import DueWatchdog
+from reactq.workers.runs.tasks import recoverers
 from reactq.workers.runtime import Runtime
 
 pytestmark = pytest.mark.integration
@@ -67,7 +68,7 @@ def test_every_commit_says_what_is_due_until_the_run_ends(rt: Runtime) -> None:
 
 def test_the_watchdog_resends_what_nobody_took_up_once_per_bound(rt: Runtime) -> None:
     sent = _Sent()
-    dog = DueWatchdog(rt, sent)
+    dog = DueWatchdog(rt, sent, recoverers())
     rid, _ = rt.store.create("d2", {"query": "q"})
     assert dog.tick() == 0, "not due yet"
     time.sleep(0.6)
@@ -83,7 +84,7 @@ def test_the_watchdog_resends_what_nobody_took_up_once_per_bound(rt: Runtime) ->
 def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
     """Issue 10 item 2: the crash limit (2 here) ends the run failed with done."""
     sent = _Sent()
-    dog = DueWatchdog(rt, sent)
+    dog = DueWatchdog(rt, sent, recoverers())
     rid, _ = rt.store.create("d3", {"query": "q"})
     st = _state(rid)
     assert rt.store.commit(rid, st, 0, loop.begin_turn(st))
@@ -108,7 +109,7 @@ def test_a_step_whose_holder_died_too_often_ends_the_run(rt: Runtime) -> None:
 
 def test_a_dag_is_due_from_its_creation(rt: Runtime) -> None:
     """A DAG's first driving message (``reactq.dag.start``) is covered like a run's."""
-    from reactq.shared.dag.store import DagStore
+    from reactq.shared.stores.dags import DagStore
 
     dags = DagStore(rt.redis, keys=rt.keys, due_seconds=rt.settings.due_seconds)
     dags.create("g1", {"goal": "g"})
@@ -131,7 +132,7 @@ def test_work_waiting_behind_a_backlog_is_deferred_not_resent(rt: Runtime) -> No
     resending them only queued duplicates (bench P3@5000: 11.8 tasks a run instead of 6)."""
     queues = _Queues()
     sent = _Sent()
-    dog = DueWatchdog(rt, sent, backlog=Backlog(queues))
+    dog = DueWatchdog(rt, sent, recoverers(), backlog=Backlog(queues))
     queues.waiting["reactq.runs"] = 500
     rt.store.create("d4", {"query": "q"})
     time.sleep(0.6)
@@ -148,7 +149,7 @@ def test_a_dead_holder_is_resent_whatever_the_queue_holds(rt: Runtime) -> None:
     queues = _Queues()
     queues.waiting["reactq.runs"] = 500
     sent = _Sent()
-    dog = DueWatchdog(rt, sent, backlog=Backlog(queues))
+    dog = DueWatchdog(rt, sent, recoverers(), backlog=Backlog(queues))
     rt.store.create("d5", {"query": "q"})
     # A holder took the lease and died: its record stays, its key expires.
     rt.redis.hset(rt.keys.lease_tasks_for("run:d5"), "run:d5", '{"task": "reactq.iterate"}')

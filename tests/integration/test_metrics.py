@@ -1,4 +1,4 @@
-"""Issue 6: Prometheus metrics from real workers, read back through ``reactq.dispatcher.metrics``."""
+"""Issue 6: Prometheus metrics from real workers, read back through ``reactq.dispatcher.http.metrics``."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from reactq.shared.keys import Keys
-from reactq.dispatcher.metrics import FAMILIES as READER_FAMILIES
-from reactq.dispatcher.metrics import counter_family, histogram_family, render, snapshot
+from reactq.dispatcher.http.metrics import FAMILIES as READER_FAMILIES
+from reactq.dispatcher.http.metrics import counter_family, histogram_family, render, snapshot
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
 from tests.scripted_server import reply_error, reply_text, reply_tool_calls

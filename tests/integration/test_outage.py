@@ -87,7 +87,7 @@ class RealWorkers(WorkerFactory):
 
     def start(self, name: str | None = None, *, queues: str = "reactq.runs,reactq.tools",
               concurrency: int = 2, wait: bool = True, **env: str) -> Worker:
-        from reactq.dispatcher.local import worker_command
+        from reactq.dispatcher.local.workers import worker_command
 
         name = name or f"real-{len(self.started)}"
         log = self.tmp / f"{name}.log"

@@ -1,7 +1,7 @@
 """Redis round trips per step (issue 12, item 1), counted, never timed.
 
 A 3-turn run (LLM → ``echo``, LLM → ``echo``, LLM → answer) is driven through the very task
-bodies a Celery worker runs (``reactq.workers.tasks``), in this process, against the real
+bodies a Celery worker runs (``reactq.workers.runs.tasks``), in this process, against the real
 Redis and the scripted LLM; what a task sends (``send``) is queued here and run next instead
 of going through the broker. The worker's Redis client counts what its connections send: one
 command, one pipeline or one script call is one round trip. Background threads (the lease
@@ -61,7 +61,7 @@ def test_a_turn_makes_seven_round_trips(redis_url: str, llm: LLMFixture, backend
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     if backend.kind == "cluster":
         pytest.skip("a cluster splits what one server takes in one round trip")
-    from reactq.workers import tasks
+    from reactq.workers.runs import tasks
 
     monkeypatch.delenv("REACTQ_MODELS", raising=False)  # the scripted model only
     rt = _runtime(redis_url, llm)

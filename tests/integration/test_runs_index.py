@@ -13,9 +13,9 @@ from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
-from reactq.shared.runs_index import RunFilter, RunsIndex
+from reactq.shared.stores.runs_index import RunFilter, RunsIndex
 from reactq.shared.settings import Settings
-from reactq.shared.store import RunStore
+from reactq.shared.stores.runs import RunStore
 
 pytestmark = pytest.mark.integration
 

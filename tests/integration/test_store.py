@@ -11,8 +11,8 @@ import redis
 from reactq.shared.engine import ending, loop
 from reactq.shared.engine.state import RunState
 from reactq.shared.keys import Keys
-from reactq.shared.store import RunStore
-from reactq.workers.lease import Leases
+from reactq.shared.stores.runs import RunStore
+from reactq.workers.recovery.lease import Leases
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def test_an_idempotency_key_returns_the_first_run(store):
 
 def test_a_lease_backs_off_while_held_and_a_takeover_from_a_dead_holder_is_seen(r):
     """A second delivery of a live step backs off; taking over a dead holder's lease says so
-    (that is how a crash is counted, workers/due.py)."""
+    (that is how a crash is counted, workers/recovery/watchdog.py)."""
     keys = Keys(f"t{uuid.uuid4().hex[:6]}:")
     leases = Leases(r, keys, ttl_seconds=0.3, holder="me")
     with leases.hold("run:x", "reactq.iterate", ["x", None], "reactq.runs") as held:

@@ -120,7 +120,7 @@ def test_the_thread_scripts_decide_every_strategy(r):
     """The Lua decisions on a real Redis, one by one (no workers): queue order, stop marks,
     idempotent release, TTL only once idle."""
     from reactq.shared.models import ChatMessage
-    from reactq.shared.threads import Decision, ThreadStore
+    from reactq.shared.stores.threads import Decision, ThreadStore
 
     ts = ThreadStore(r, ttl_seconds=600)
     tid = new_tid()
@@ -150,7 +150,7 @@ def test_a_handed_on_run_whose_first_message_is_lost_is_sent_again(workers, disp
     """The release sent the next run's first step and the message died with a worker before
     the task started (parked in the broker's unacked set for an hour): a lease watchdog
     sends it again, so a thread is never blocked by a run that never starts."""
-    from reactq.workers import threads as wthreads
+    from reactq.workers.runs import threads as wthreads
     from reactq.workers.runtime import Runtime
 
     tid = new_tid()
@@ -173,8 +173,8 @@ def test_a_run_decided_but_never_stored_is_skipped_once_old(r):
     """A submitter that died between the decision and storing the run must not block the
     thread: the hand-off skips such a run once its decision is older than ORPHAN_AFTER."""
     from reactq.shared.engine.state import RunState
-    from reactq.shared.store import RunStore
-    from reactq.shared.threads import ORPHAN_AFTER, ThreadStore, end_of_run
+    from reactq.shared.stores.runs import RunStore
+    from reactq.shared.stores.threads import ORPHAN_AFTER, ThreadStore, end_of_run
 
     ts, runs = ThreadStore(r), RunStore(r)
     tid = new_tid()

@@ -44,9 +44,9 @@ def test_a_celery_app_on_a_redis_url_publishes_through_one_client(redis_url: str
 
 
 def test_the_watchdog_counts_what_waits_in_a_queue_of_every_priority(redis_url: str) -> None:
-    """``workers/backlog.py`` reads a queue's depth through kombu: priority lists included,
+    """``workers/recovery/backlog.py`` reads a queue's depth through kombu: priority lists included,
     so a backlog of batch runs (low priority) defers resends as much as interactive ones."""
-    from reactq.workers.backlog import broker_depth
+    from reactq.workers.recovery.backlog import broker_depth
 
     app = Celery("reactq-backlog-test")
     app.conf.update(celery_config(Settings(redis_url=redis_url)))

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 from fastapi.testclient import TestClient
 
-from reactq.dispatcher import ui_http
+from reactq.dispatcher.http import ui as ui_http
 from reactq.dispatcher.http import create_app
 from reactq.shared.settings import Settings
 

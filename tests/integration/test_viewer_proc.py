@@ -1,4 +1,4 @@
-"""`reactq serve` prints the viewer's URL; `make demo` (python -m reactq.dispatcher.demo)
+"""`reactq serve` prints the viewer's URL; `make demo` (python -m reactq.dispatcher.local.demo)
 prints it and keeps the gateway up beside its workers while the batch runs."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import httpx
 import pytest
 import redis
 
-from reactq.dispatcher.viewer import viewer_url
+from reactq.dispatcher.local.viewer import viewer_url
 from reactq.shared.redisconn import free_port
 from tests.integration.conftest import ROOT, LLMFixture, worker_env
 from tests.scripted_server import reply_text, reply_tool_calls
@@ -62,7 +62,7 @@ def test_the_demo_prints_the_viewer_and_keeps_the_gateway_up_while_the_batch_run
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"id": "one", "query": q}) + "\n")
     env = worker_env(url, llm, REACTQ_DATA_DIR=str(tmp_path / "data"))
-    proc = subprocess.Popen([sys.executable, "-m", "reactq.dispatcher.demo", "--questions", str(questions),
+    proc = subprocess.Popen([sys.executable, "-m", "reactq.dispatcher.local.demo", "--questions", str(questions),
                              "--output", str(tmp_path / "out.jsonl"), "--workers", "1", "--no-flower"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)

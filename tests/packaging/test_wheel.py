@@ -39,7 +39,7 @@ def test_the_wheel_holds_one_top_level_package(wheel: Path) -> None:
     assert "reactq/shared/engine/loop.py" in names
     assert "reactq/workers/app.py" in names
     assert "reactq/dispatcher/cli/__init__.py" in names
-    assert "reactq/dispatcher/samples/questions.jsonl" in names
+    assert "reactq/dispatcher/local/samples/questions.jsonl" in names
     assert not [n for n in names if n.endswith(".pyc")]
 
 

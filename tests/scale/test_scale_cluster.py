@@ -14,8 +14,8 @@ from reactq.dispatcher.batch.store import BatchStore
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import client, is_cluster
 from reactq.shared.settings import Settings
-from reactq.shared.store import RunStore
-from reactq.workers.lease import Leases
+from reactq.shared.stores.runs import RunStore
+from reactq.workers.recovery.lease import Leases
 from tests.backends import RedisClusterProc, start_redis_cluster
 
 pytestmark = pytest.mark.cluster

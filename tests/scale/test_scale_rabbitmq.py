@@ -81,7 +81,7 @@ def test_the_queues_are_priority_queues_and_a_higher_priority_is_delivered_first
 
 
 def test_queue_depth_is_read_from_rabbitmq(vhosts: RabbitVhosts, state_url: str) -> None:
-    from reactq.dispatcher import metrics
+    from reactq.dispatcher.http import metrics
 
     settings = Settings(redis_url=state_url, broker_url=vhosts.url("depth"))
     app = _app(settings)
@@ -105,9 +105,9 @@ def test_the_deployment_notes_say_how_to_set_rabbitmqs_consumer_timeout() -> Non
 
 
 def test_the_watchdog_reads_the_backlog_from_rabbitmq(vhosts: RabbitVhosts) -> None:
-    """``workers/backlog.py`` over AMQP: ready messages counted, a queue not declared yet
+    """``workers/recovery/backlog.py`` over AMQP: ready messages counted, a queue not declared yet
     holds nothing (its 404 closes only the count's own channel: publishing goes on)."""
-    from reactq.workers.backlog import broker_depth
+    from reactq.workers.recovery.backlog import broker_depth
 
     app = _app(Settings(broker_url=vhosts.url("backlog")))
     depth = broker_depth(app)

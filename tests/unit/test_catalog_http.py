@@ -1,6 +1,6 @@
 """``GET /v1/models`` shows model entries without credentials."""
 
-from reactq.dispatcher.catalog_http import _public_model
+from reactq.dispatcher.http.catalog import _public_model
 
 
 def test_model_entries_lose_user_info_query_and_key_fields():

@@ -10,13 +10,13 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from reactq.shared import store as run_store_module
-from reactq.shared.dag import store as dag_store_module
-from reactq.shared.dag.store import DagStore
-from reactq.shared.due import dag_member, run_member
+from reactq.shared.stores import runs as run_store_module
+from reactq.shared.stores import dags as dag_store_module
+from reactq.shared.stores.dags import DagStore
+from reactq.shared.stores.due import dag_member, run_member
 from reactq.shared.keys import Keys
-from reactq.shared.idempotency import idempotent_id
-from reactq.shared.store import RunStore
+from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.stores.runs import RunStore
 
 
 class Killed(BaseException):

@@ -20,7 +20,7 @@ from reactq.dispatcher.http.gateway import Gateway
 from reactq.shared.dag import machine as M
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.models import ExecutionPlan, PlanStep
-from reactq.shared.dag.store import DagNotFound, DagStore, public_view
+from reactq.shared.stores.dags import DagNotFound, DagStore, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
 from reactq.shared.requests import DagRequest, PlanStepIn

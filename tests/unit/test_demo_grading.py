@@ -2,7 +2,7 @@
 
 import pytest
 
-from reactq.dispatcher.demo import is_right, load_questions
+from reactq.dispatcher.local.demo import is_right, load_questions
 
 Q = {q["id"]: q for q in load_questions(None)}
 

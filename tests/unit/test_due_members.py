@@ -1,10 +1,10 @@
-"""Due member names (reactq.shared.due): what the watchdog parses is what commits write."""
+"""Due member names (reactq.shared.stores.due): what the watchdog parses is what commits write."""
 
 from __future__ import annotations
 
 import time
 
-from reactq.shared.due import Member, dag_member, deadline_ms, parse_member, run_member, tool_member
+from reactq.shared.stores.due import Member, dag_member, deadline_ms, parse_member, run_member, tool_member
 
 
 def test_member_names_round_trip() -> None:

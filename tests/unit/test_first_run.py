@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from reactq.dispatcher import cli, localmodel
+from reactq.dispatcher import cli
+from reactq.dispatcher.local import model as localmodel
 from reactq.dispatcher.cli import runs
 from reactq.shared.errors import ConfigError
 from reactq.shared.llm.registry import load_registry

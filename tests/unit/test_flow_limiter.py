@@ -7,8 +7,8 @@ import pytest
 
 from reactq.shared.engine import flowcontrol
 from reactq.shared.engine.state import RunState
-from reactq.shared.flow import limiter as L
-from reactq.shared.flow.limiter import Denied, FlowLimiter, Limits, Ticket
+from reactq.shared.stores import flow as L
+from reactq.shared.stores.flow import Denied, FlowLimiter, Limits, Ticket
 from reactq.shared.keys import Keys
 
 

@@ -9,7 +9,7 @@ import fakeredis
 import pytest
 
 from reactq.shared.errors import LLMError, RateLimited
-from reactq.shared.flow.limiter import FlowLimiter, Limits
+from reactq.shared.stores.flow import FlowLimiter, Limits
 from reactq.shared.flow.middleware import FlowControl, FlowScope, LimitedLLM, flow_scope
 from reactq.shared.keys import Keys
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk

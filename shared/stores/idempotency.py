@@ -1,0 +1,60 @@
+"""Idempotency keys: the same key names the same run (or DAG), which is created once.
+
+A create writes its run or DAG first and claims the key last, with ``SET NX``: a key never
+points at something not stored yet, so whoever reads the key finds what it names. The
+record and the key live in different slots of a Redis Cluster (see ``keys.py``), so the two
+writes cannot be one script; this order makes a creator killed in between harmless.
+
+The id is derived from the key (``idempotent_id``) and the record written only when absent
+(``write_if_absent``): a creator killed between the write and the claim leaves the very
+record its retry finds and claims, not an orphan beside a second one, and no create ever
+rewrites a run that has started. A creator that loses the key to one holding another id
+(an explicit id) removes what it wrote and answers with the winner.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import redis
+
+from reactq.shared.stores.streams import text
+
+
+# A fixed namespace: the same key gives the same id in every process and release.
+_NAMESPACE = uuid.UUID("0b7c6f52-6a43-4f0e-9d55-3f1f2b7e9a10")
+
+_WRITE_IF_ABSENT = """
+if redis.call('exists', KEYS[1]) == 1 then return 0 end
+redis.call('hset', KEYS[1], unpack(ARGV))
+return 1
+"""
+
+
+def idempotent_id(key: str, *, kind: str = "run") -> str:
+    """The id of the run (or DAG: ``kind="dag"``) that idempotency key ``key`` names."""
+    return uuid.uuid5(_NAMESPACE, f"{kind}:{key}").hex
+
+
+def write_if_absent(r: redis.Redis, key: str, fields: dict[str, Any]) -> bool:
+    """Write hash ``key`` only if it does not exist yet; True when this call wrote it."""
+    args = [v for pair in fields.items() for v in pair]
+    return bool(r.eval(_WRITE_IF_ABSENT, 1, key, *args))
+
+
+def arm_if_queued(r: redis.Redis, record_key: str, due_key: str, member: str, deadline_ms: int) -> None:
+    """Make a still-queued winner due again: it may have been killed between its claim and
+    its due entry (a second send of a first step is harmless: CAS on the step)."""
+    if text(r.hget(record_key, "status") or b"") == "queued":
+        r.zadd(due_key, {member: deadline_ms}, nx=True)
+
+
+def claim(r: redis.Redis, key: str, owner: str, ttl_seconds: int) -> str | None:
+    """Claim ``key`` for ``owner``: None once it is ours, else the id that holds it."""
+    while True:  # the key may expire between SET NX and GET: claim again
+        if r.set(key, owner, nx=True, ex=ttl_seconds):
+            return None
+        existing = r.get(key)
+        if existing is not None:
+            return text(existing)

@@ -1,0 +1,389 @@
+"""The run store: run state, events, interrupts and the tool ledger in Redis.
+
+Events are written only by two Lua scripts, both guarded by the run's ``pub_seq`` (the
+seq of the last published event): an event whose seq is not above it is skipped. Since
+the engine assigns seqs deterministically from the saved state, a redelivered step
+re-creates the same seqs and publishes nothing twice. ``commit`` saves the state with
+compare-and-set on ``step_no`` and publishes the step's events in the same script, so
+state and events never disagree.
+
+A worker's step makes two round trips of its own here (``workers/runs/drive.py``): ``load_step``
+(the run, the interrupts after the committed cursor and the ledger records of the pending
+turn, in one script) and ``commit`` (which carries the step's metrics when it wins, and
+whatever the caller sends with it: the lease hand-off, deferred writes). ``after_llm`` is the
+read a step needs after its LLM call (new interrupts, the cancel flag).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, assert_never, get_args
+
+import redis
+
+from reactq.shared.stores.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
+from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
+from reactq.shared.engine.result import turn_summary
+from reactq.shared.engine.state import Interrupt, RunState, Status, ToolOutcome, dump_state, load_state
+from reactq.shared.errors import RunNotFound
+from reactq.shared.events import Event, dumps
+from reactq.shared.stores.idempotency import arm_if_queued, claim, write_if_absent
+from reactq.shared.keys import Keys
+from reactq.shared.redisconn import is_cluster
+from reactq.shared.stores.roundtrip import Op, Read, checked, execute, failed
+from reactq.shared.stores.runs_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD, inline_ops
+from reactq.shared.stores.streams import PUBLISH, entries_after, read_events, text, triples
+
+# The statuses the run index keeps a set for.
+RUN_STATUSES: tuple[str, ...] = get_args(Status)
+
+#: The run hash's field that adds up the LLM tokens a run was billed (its ``token_budget``'s
+#: spend, and a batch's: ``dispatcher/batch/flow.py``).
+SPENT_FIELD = "tokens_spent"
+
+
+def spend_op(keys: Keys, run_id: str, tokens: int) -> Op:
+    """Add ``tokens`` to the run's recorded spend."""
+    return Op(("HINCRBY", keys.run(run_id), SPENT_FIELD, tokens))
+
+
+def spent_op(keys: Keys, run_id: str) -> Op:
+    """Read the run's recorded spend (a reply of None: nothing spent yet)."""
+    return Op(("HGET", keys.run(run_id), SPENT_FIELD))
+
+
+@dataclass
+class RunRecord:
+    """A run as stored: state (None before the first step), bookkeeping fields."""
+
+    run_id: str
+    status: str
+    step_no: int
+    pub_seq: int
+    state: RunState | None
+    request: dict[str, Any]
+    cancel: bool
+    created_at: float
+    result: dict[str, Any] | None
+    interrupts: list[Interrupt] | None = None
+    """With ``load_step``: the interrupts after the committed cursor."""
+    ledger: dict[str, dict[str, Any]] | None = None
+    """With ``load_step``: the ledger records of the pending turn's calls (those written)."""
+    turn_began: float | None = None
+    """When the pending tool turn's LLM call began (metrics: the turn's duration)."""
+
+
+class RunStore:
+    """Synchronous access to runs (workers, CLI). One instance per process is enough."""
+
+    def __init__(self, client: redis.Redis, *, keys: Keys | None = None,
+                 ttl_seconds: int = 86400, maxlen: int = 10_000, due_seconds: float = 5.0) -> None:
+        self.r = client
+        # Committed work not taken up within this long is sent again (workers/recovery/watchdog.py).
+        self.due_seconds = due_seconds
+        # On a Redis Cluster the due set is in another slot than the run: written just after.
+        self._cluster = is_cluster(client)
+        self.keys = keys or Keys()
+        self.ttl = ttl_seconds
+        self.maxlen = maxlen
+        # Idempotency keys and the run index outlive any run (queued + running + TTL).
+        self._index_ttl = ttl_seconds + 7 * 86400
+        self._publish = client.register_script(PUBLISH)
+        self._commit = client.register_script(COMMIT)
+        self._load = client.register_script(LOAD)
+        self._after_llm = client.register_script(AFTER_LLM)
+        self._fanin = client.register_script(FANIN)
+        self._ledger_done = client.register_script(LEDGER_DONE)
+
+    # -- runs -------------------------------------------------------------------------
+    def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
+               batch_id: str | None = None) -> tuple[str, bool]:
+        """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
+
+        The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
+        ``runs:status:queued`` and, when given, the batch's and thread's sets) and the
+        idempotency key live in different slots of a Redis Cluster, so no one script may write
+        them all (see ``keys.py``). The order makes a submitter killed half-way harmless: the
+        run and its index rows are written first, the key claimed last (``SET NX``, in
+        ``reactq.shared.stores.idempotency``), so a key never points at no run. With a key, pass the
+        id ``idempotent_id(key)`` names: the record is written only if absent, so the retry
+        of a submitter killed before its claim finds and claims the run it wrote.
+        """
+        now = time.time()
+        key = self.keys.run(run_id)
+        thread_id = request.get("thread_id") or ""  # indexed when the request carries one
+        fields: dict[Any, str | int] = {"status": "queued", "request": dumps(request),
+                                  "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
+                                  "step_no": 0, "pub_seq": 0}
+        if batch_id:
+            fields["batch_id"] = batch_id
+        if thread_id:
+            fields["thread_id"] = thread_id
+        due = {run_member(run_id): deadline_ms(self.due_seconds)}
+        pipe = self.r.pipeline(transaction=False)  # one round trip on one server
+        if idempotency_key is None:
+            pipe.hset(key, mapping=fields)
+            self._index(pipe, run_id, now, batch_id, thread_id)
+            # Due from the moment it exists (its first message may be lost with a worker).
+            pipe.zadd(self.keys.due, due)
+            pipe.execute()
+            return run_id, True
+        # With a key, the id comes from the key (``idempotent_id``): a creator killed before
+        # its claim left this very record, which its retry finds here and claims; nothing
+        # is due before the key is ours, and a record that exists is never rewritten.
+        wrote = write_if_absent(self.r, key, fields)
+        if wrote:
+            self._index(pipe, run_id, now, batch_id, thread_id)
+            pipe.execute()
+        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        if existing is None:
+            self.r.zadd(self.keys.due, due)
+            return run_id, True
+        arm_if_queued(self.r, self.keys.run(existing), self.keys.due, run_member(existing),
+                      deadline_ms(self.due_seconds))
+        if existing != run_id and wrote:  # lost to a run with another id: remove ours
+            pipe = self.r.pipeline(transaction=False)
+            pipe.delete(key)
+            pipe.zrem(self.keys.runs, run_id)
+            pipe.zrem(self.keys.runs_status("queued"), run_id)
+            pipe.execute()
+        return existing, False
+
+    def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str) -> None:
+        """The run's rows in the run index (``reactq.shared.stores.runs_index``)."""
+        for index in (self.keys.runs, self.keys.runs_status("queued")):
+            pipe.zadd(index, {run_id: now})
+            pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
+        for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
+                     ([self.keys.runs_thread(thread_id)] if thread_id else []):
+            pipe.zadd(index, {run_id: now})
+            pipe.expire(index, self._index_ttl)
+
+    def load(self, run_id: str) -> RunRecord:
+        return _record(run_id, {text(k): v for k, v in self.r.hgetall(self.keys.run(run_id)).items()})
+
+    def load_step(self, run_id: str) -> Read[RunRecord]:
+        """What a step needs, in one script call (``RunRecord`` with ``interrupts`` and
+        ``ledger``): run it, or queue it into another round trip (the lease's)."""
+        keys = [self.keys.run(run_id), self.keys.run_interrupts(run_id), self.keys.run_tools(run_id)]
+
+        def parse(replies: list[Any]) -> RunRecord:
+            flat, entries, ids, recs = replies[0]
+            rec = _record(run_id, {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)})
+            rec.interrupts = _interrupts(entries)
+            rec.ledger = {text(i): json.loads(r) for i, r in zip(ids, recs, strict=True) if r}
+            return rec
+
+        return Read([Op.call(self._load, keys, [])], parse)
+
+    def after_llm(self, run_id: str, cursor: str | None, *,
+                  then: list[Op] | None = None) -> tuple[list[Interrupt], bool]:
+        """The read a step makes once its LLM call returned: the interrupts after ``cursor``
+        and the cancel flag, in one round trip with ``then`` (deferred writes)."""
+        keys = [self.keys.run(run_id), self.keys.run_interrupts(run_id)]
+        replies = execute(self.r, [*(then or []), Op.call(self._after_llm, keys, [cursor or ""])])
+        failed(replies[:-1])
+        entries, cancel = checked(replies[-1])
+        return _interrupts(entries), text(cancel) == "1"
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        """The public view: status, timestamps, result when finished."""
+        fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq")
+        if fields[0] is None:
+            raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
+        status, created, updated, result, pub = (None if v is None else text(v) for v in fields)
+        return {"run_id": run_id, "status": status, "created_at": float(created or 0),
+                "updated_at": float(updated or 0), "events": int(pub or 0),
+                "result": json.loads(result) if result else None}
+
+    def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event], *,
+               turn_began: float | None = None, ops: list[Op] | None = None,
+               then: list[Op] | None = None) -> bool:
+        """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale.
+
+        ``ops`` (hash writes: the step's metrics) are applied only when the commit wins, in
+        its script on one server, right after it on a cluster. ``then`` goes out in the same
+        round trip after the commit whatever its outcome (the lease hand-off, deferred
+        writes); on a cluster it follows in a round trip of its own."""
+        state.step_no = expected_step_no + 1
+        nxt = next_step(state)
+        done = nxt.result if isinstance(nxt, Done) else None
+        result = dumps(done.as_dict()) if done is not None else ""
+        status = done.status if done is not None else "running"
+        turn = dumps(turn_summary(state)) if isinstance(nxt, RunTools) else ""
+        args: list[Any] = [expected_step_no, dump_state(state), state.step_no, status, result,
+                           f"{time.time():.6f}", self.ttl if done is not None else 0, self.maxlen, turn,
+                           f"{turn_began:.6f}" if turn and turn_began else "",
+                           state.interrupt_cursor or "", "0" if self._cluster else "1"]
+        due = _due_args(run_id, nxt, self.due_seconds)
+        keys = self.keys.run_keys(run_id)
+        op_keys, op_args = inline_ops([] if self._cluster else ops or [])
+        if not self._cluster:
+            keys += [self.keys.due, *op_keys]
+        args += due + op_args + triples(events)
+        if self._cluster:
+            out = self._commit(keys=keys, args=args)
+        else:
+            replies = execute(self.r, [Op.call(self._commit, keys, args), *(then or [])])
+            failed(replies[1:])
+            out = checked(replies[0])
+        if isinstance(out, list) and self._cluster:
+            self._write_due(due)
+            failed(execute(self.r, ops or []))
+        if self._cluster and then:
+            failed(execute(self.r, then))
+        if not isinstance(out, list):
+            return False
+        if text(out[1]) != status:
+            self._index_status(run_id, status, float(text(out[2]) or 0))
+        return True
+
+    def _write_due(self, due: list[Any]) -> None:
+        """The commit's due entries, on a Redis Cluster (another slot than the run's)."""
+        n, member, pairs = int(due[0]), due[1], due[2:]
+        if n == 0:
+            self.r.zrem(self.keys.due, member)
+        else:
+            self.r.zadd(self.keys.due, {pairs[i + 1]: pairs[i] for i in range(0, len(pairs), 2)})
+
+    def _index_status(self, run_id: str, status: str, created_at: float) -> None:
+        """Move the run to its new status set (after the commit: other slots). A crash in
+        between leaves a stale row, which the listing corrects against the run hash."""
+        pipe = self.r.pipeline(transaction=False)
+        for other in RUN_STATUSES:
+            if other == status:
+                pipe.zadd(self.keys.runs_status(other), {run_id: created_at})
+                pipe.zremrangebyscore(self.keys.runs_status(other), "-inf", time.time() - self._index_ttl)
+            else:
+                pipe.zrem(self.keys.runs_status(other), run_id)
+        pipe.execute()
+
+    def publish(self, run_id: str, events: list[Event]) -> int:
+        """Publish events now, skipping any seq already published. Returns ``pub_seq``."""
+        if not events:
+            return -1
+        keys = [self.keys.run(run_id), self.keys.run_events(run_id)]
+        return int(self._publish(keys=keys, args=[self.maxlen, *triples(events)]))
+
+    # -- interrupts and cancellation --------------------------------------------------
+    def add_interrupt(self, run_id: str, content: str, *, limit: int = 100) -> str:
+        """Append a follow-up; ``TooManyRequests`` once the run holds ``limit`` of them."""
+        from reactq.shared.stores.capped import capped_xadd
+
+        msg_id = secrets.token_hex(6)
+        capped_xadd(self.r, self.keys.run_interrupts(run_id), {"content": content, "id": msg_id},
+                    limit, "interrupts")
+        return msg_id
+
+    def interrupts_after(self, run_id: str, cursor: str | None) -> list[Interrupt]:
+        return _interrupts(entries_after(self.r, self.keys.run_interrupts(run_id), cursor))
+
+    def request_cancel(self, run_id: str) -> None:
+        self.r.hset(self.keys.run(run_id), "cancel", "1")
+
+    def cancel_requested(self, run_id: str) -> bool:
+        return text(self.r.hget(self.keys.run(run_id), "cancel") or b"0") == "1"
+
+    # -- events -----------------------------------------------------------------------
+    def read_events(self, run_id: str, after: str | None = None, *, block_ms: int | None = None,
+                    count: int = 500) -> list[tuple[str, Event]]:
+        """Events after stream id ``after`` (None = from the start), optionally blocking."""
+        return read_events(self.r, self.keys.run_events(run_id), after, block_ms=block_ms, count=count)
+
+    # -- tool ledger ------------------------------------------------------------------
+    def ledger_get(self, run_id: str, call_id: str) -> dict[str, Any] | None:
+        raw = self.r.hget(self.keys.run_tools(run_id), call_id)
+        return json.loads(raw) if raw else None
+
+    def ledger_claim(self, run_id: str, call_id: str, token: str, step_no: int) -> bool:
+        """Mark a call pending; False when a record already exists."""
+        rec = dumps({"status": "pending", "token": token, "step_no": step_no, "at": time.time()})
+        return bool(self.r.hsetnx(self.keys.run_tools(run_id), call_id, rec))
+
+    def ledger_done(self, run_id: str, call_id: str, outcome: ToolOutcome, step_no: int) -> bool:
+        """Record the call's outcome; False (nothing written) when it is already done."""
+        rec = {"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")}
+        return bool(self._ledger_done(keys=[self.keys.run_tools(run_id)], args=[call_id, dumps(rec)]))
+
+    def ledger_outcomes(self, run_id: str, call_ids: list[str]) -> dict[str, ToolOutcome]:
+        """Recorded outcomes of ``call_ids`` (only those done)."""
+        if not call_ids:
+            return {}
+        raws = self.r.hmget(self.keys.run_tools(run_id), call_ids)
+        return outcomes_of({c: json.loads(r) for c, r in zip(call_ids, raws, strict=True) if r}, call_ids)
+
+    def fanin(self, run_id: str, step_no: int, call_id: str, calls: int) -> int:
+        """Count ``call_id`` in; returns how many of the turn's ``calls`` are in. The call
+        stops being due and, once all are in, the run's next step is (same script)."""
+        keys = [self.keys.run_fanin(run_id, step_no), self.keys.run(run_id)]
+        deadline = deadline_ms(self.due_seconds)
+        count, ready = self._fanin(keys=keys + ([] if self._cluster else [self.keys.due]),
+                                   args=[call_id, max(self.ttl, 3600), tool_member(run_id, call_id),
+                                         run_member(run_id), calls, deadline, step_no])
+        if self._cluster:
+            pipe = self.r.pipeline(transaction=False)
+            pipe.zrem(self.keys.due, tool_member(run_id, call_id))
+            if int(ready):
+                pipe.zadd(self.keys.due, {run_member(run_id): deadline})
+            pipe.execute()
+        return int(count)
+
+    def get_turn(self, run_id: str) -> dict[str, Any] | None:
+        """The pending tool turn (what a tool task needs, without the whole history)."""
+        raw = self.r.hget(self.keys.run(run_id), "turn")
+        return json.loads(raw) if raw else None
+
+
+def _due_args(run_id: str, nxt: Next, bound: float) -> list[Any]:
+    """``n, run member, (deadline, member) * n`` for the commit (see ``shared/stores/due.py``)."""
+    member = run_member(run_id)
+    due = deadline_ms(bound)
+    match nxt:
+        case Done():
+            return [0, member]
+        case RunTools(calls=calls):
+            # The run's own member is parked while its tools are out (the fan-in brings it back).
+            pairs: list[Any] = [now_ms() + PARKED_MS, member]
+            for call in calls:
+                pairs += [due, tool_member(run_id, call.id)]
+            return [len(pairs) // 2, member, *pairs]
+        case SelectTools() | CallLLM() | Answer():
+            return [1, member, due, member]
+        case _:
+            assert_never(nxt)
+
+
+def _record(run_id: str, f: dict[str, Any]) -> RunRecord:
+    """A run hash (field names as text) as a ``RunRecord``."""
+    if not f:
+        raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
+    began = f.get("turn_began")
+    return RunRecord(
+        run_id=run_id, status=text(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
+        pub_seq=int(f.get("pub_seq", 0)), state=load_state(f["state"]) if "state" in f else None,
+        request=json.loads(f["request"]) if "request" in f else {},
+        cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
+        result=json.loads(f["result"]) if "result" in f else None,
+        turn_began=float(began) if began else None,
+    )
+
+
+def _interrupts(entries: list[Any]) -> list[Interrupt]:
+    """Interrupt stream entries (fields as a dict, or as a flat list from a script)."""
+    out = []
+    for entry_id, fields in entries:
+        pairs: Iterable[tuple[Any, Any]] = (
+            fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=True))
+        f = {text(k): text(v) for k, v in pairs}
+        out.append(Interrupt(id=f.get("id", text(entry_id)), content=f["content"], cursor=text(entry_id)))
+    return out
+
+
+def outcomes_of(records: dict[str, dict[str, Any]], call_ids: list[str]) -> dict[str, ToolOutcome]:
+    """The recorded outcomes (status ``done``) among ledger ``records``, for ``call_ids``."""
+    return {cid: ToolOutcome.model_validate(rec["outcome"]) for cid in call_ids
+            if (rec := records.get(cid)) is not None and rec.get("status") == "done"}

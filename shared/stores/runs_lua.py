@@ -1,0 +1,200 @@
+"""The run store's Lua scripts (``shared/stores/runs.py``, ``shared/stepstore.py``).
+
+Every script's KEYS are the keys of ONE run (one Redis Cluster slot), except the extras
+marked "single server only": the ``due`` set and the metric hashes live in other slots, so on
+a cluster the caller leaves them out and writes them right after (``keys.py``, rule 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from reactq.shared.stores.roundtrip import Op
+from reactq.shared.stores.streams import PUBLISH_FN
+
+#: The commands ``OPS_FN`` applies (what metrics write).
+HASH_OPS = ("HINCRBY", "HINCRBYFLOAT", "HSET", "HDEL")
+
+
+def inline_ops(ops: Sequence[Op]) -> tuple[list[str], list[Any]]:
+    """``ops`` (hash commands) as the extra KEYS and the ARGV that ``OPS_FN`` reads."""
+    keys: list[str] = []
+    args: list[Any] = [len(ops)]
+    for op in ops:
+        if op.script is not None or op.args[0] not in HASH_OPS:
+            raise ValueError(f"not a hash write a commit can carry: {op}")
+        cmd, key, field, *value = op.args
+        if key not in keys:
+            keys.append(key)
+        args += [cmd, keys.index(key) + 1, field, value[0] if value else ""]
+    return keys, args
+
+#: ``apply_ops(first_key, first_arg, apply)``: the hash writes a step's commit carries when it
+#: wins (metrics): from ``ARGV[first_arg]``, a count m, then m × (command, key index, field,
+#: value), the key being ``KEYS[first_key - 1 + index]`` (``inline_ops`` encodes them).
+#: Applies them when ``apply``; returns the ARGV index after them.
+OPS_FN = """
+local function apply_ops(first_key, first_arg, apply)
+  local m = tonumber(ARGV[first_arg])
+  for i = 0, m - 1 do
+    local at = first_arg + 1 + 4 * i
+    local cmd, key = ARGV[at], KEYS[first_key - 1 + tonumber(ARGV[at + 1])]
+    -- pcall: a metric that cannot be written (a key of another type) never fails the step
+    if apply and cmd == 'HDEL' then
+      redis.pcall('HDEL', key, ARGV[at + 2])
+    elseif apply and (cmd == 'HINCRBY' or cmd == 'HINCRBYFLOAT' or cmd == 'HSET') then
+      redis.pcall(cmd, key, ARGV[at + 2], ARGV[at + 3])
+    end
+  end
+  return first_arg + 1 + 4 * m
+end
+"""
+
+# KEYS: run hash, events, interrupts, tools ledger (one run: one slot); then, single server
+# only, the due set and the keys of the ops. ARGV: [1] expected step_no, [2] state, [3] new
+# step_no, [4] status, [5] result ('' = none), [6] now, [7] ttl (0 = keep), [8] maxlen,
+# [9] turn ('' = none), [10] when the turn began ('' = unknown), [11] the interrupt cursor
+# ('' = none), [12] 1 when KEYS[5] is the due set, [13] n, [14] run member, n × (deadline,
+# member) (n = 0: the run is over, remove its member), then the ops (OPS_FN, from KEYS[6]),
+# then event triples. Returns {last published seq, the status before, created_at}, or -1
+# when stale. The run index's status sets live in other slots: the caller moves the run
+# between them after the commit (see RunStore.commit).
+COMMIT = PUBLISH_FN + OPS_FN + """
+local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
+if cur ~= tonumber(ARGV[1]) then return -1 end
+local n = tonumber(ARGV[13])
+local events = apply_ops(6, 15 + 2 * n, true)
+local old = redis.call('HGET', KEYS[1], 'status') or ''
+local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
+redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
+if ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[1], 'turn', ARGV[9], 'turn_began', ARGV[10])
+else
+  redis.call('HDEL', KEYS[1], 'turn', 'turn_began')
+end
+if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'icursor', ARGV[11]) end
+if ARGV[12] == '1' then
+  if n == 0 then
+    redis.call('ZREM', KEYS[5], ARGV[14])
+  else
+    redis.call('ZADD', KEYS[5], unpack(ARGV, 15, 14 + 2 * n))
+  end
+end
+local last = publish(KEYS[1], KEYS[2], ARGV[8], events)
+local ttl = tonumber(ARGV[7])
+if ttl > 0 then
+  for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
+end
+return {last, old, created}
+"""
+
+# KEYS: run hash, interrupts, tools ledger. What a step needs, in one call: the run hash,
+# the interrupts after the committed cursor (``icursor``; all of them for a run committed
+# before that field existed: the caller filters by its state's cursor), and the ledger
+# records of the pending turn's calls. Returns {hash as a flat list, interrupt entries,
+# call ids, their ledger records (false = none)}.
+LOAD = """
+local h = redis.call('HGETALL', KEYS[1])
+local cursor, turn = nil, nil
+for i = 1, #h, 2 do
+  if h[i] == 'icursor' then cursor = h[i + 1] elseif h[i] == 'turn' then turn = h[i + 1] end
+end
+if #h == 0 then return {h, {}, {}, {}} end
+local start = '-'
+if cursor and cursor ~= '' then start = '(' .. cursor end
+local ints = redis.call('XRANGE', KEYS[2], start, '+')
+local ids, recs = {}, {}
+if turn then
+  for _, c in ipairs(cjson.decode(turn)['calls']) do table.insert(ids, c['id']) end
+  if #ids > 0 then recs = redis.call('HMGET', KEYS[3], unpack(ids)) end
+end
+return {h, ints, ids, recs}
+"""
+
+# KEYS: run hash, interrupts. ARGV: the interrupt cursor ('' = from the start). A step's
+# read after its LLM call: {interrupt entries after the cursor, the cancel flag}.
+AFTER_LLM = """
+local start = '-'
+if ARGV[1] ~= '' then start = '(' .. ARGV[1] end
+return {redis.call('XRANGE', KEYS[2], start, '+'), redis.call('HGET', KEYS[1], 'cancel') or '0'}
+"""
+
+# KEYS: run hash, tools ledger, then (single server only) the call's lease key. ARGV: the
+# turn's step_no, call id, the pending record, the lease token. A tool task's start: returns
+# {the pending turn, the call's ledger record before this call}; when there was none, the
+# turn is current and names the call (and this task holds the lease, when the lease key is
+# given), the call is claimed (the pending record is written).
+OPEN_CALL = """
+local turn = redis.call('HGET', KEYS[1], 'turn')
+local rec = redis.call('HGET', KEYS[2], ARGV[2])
+if not turn or rec then return {turn, rec} end
+local t = cjson.decode(turn)
+if tonumber(t['step_no']) ~= tonumber(ARGV[1]) then return {turn, rec} end
+local named = false
+for _, c in ipairs(t['calls']) do if c['id'] == ARGV[2] then named = true end end
+if not named then return {turn, rec} end
+if #KEYS >= 3 and redis.call('GET', KEYS[3]) ~= ARGV[4] then return {turn, rec} end
+redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+return {turn, rec}
+"""
+
+# KEYS: tools ledger, fan-in set, run hash; then, single server only, the due set and the
+# keys of the ops. ARGV: [1] call id, [2] the done record ('' = the call was already done:
+# only count it in), [3] fan-in ttl, [4] tool member, [5] run member, [6] calls in the turn,
+# [7] deadline ms, [8] the turn's step_no, [9] 1 when KEYS[4] is the due set, then the ops
+# (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"). The first
+# "done" wins (a stale worker that finishes a call another one already finished is refused);
+# then the call is counted in, stops being due, and once the turn is complete and still
+# current the run's next step is due. Returns {1 when this record won, the fan-in count,
+# 1 when the turn is complete and current}.
+CLOSE_CALL = OPS_FN + """
+local won = 0
+if ARGV[2] ~= '' then
+  local cur = redis.call('HGET', KEYS[1], ARGV[1])
+  if not (cur and cjson.decode(cur)['status'] == 'done') then won = 1 end
+end
+apply_ops(5, 10, won == 1)
+if won == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+local c = redis.call('SCARD', KEYS[2])
+local ready = 0
+if c >= tonumber(ARGV[6]) and tonumber(redis.call('HGET', KEYS[3], 'step_no') or '-1') == tonumber(ARGV[8]) then
+  ready = 1
+end
+if ARGV[9] == '1' then
+  redis.call('ZREM', KEYS[4], ARGV[4])
+  if ready == 1 then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[5]) end
+end
+return {won, c, ready}
+"""
+
+# KEYS: tools ledger. ARGV: call id, the done record. The first "done" wins: a stale worker
+# (partitioned, then back) that finishes a call another worker already finished is refused.
+LEDGER_DONE = """
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if cur and cjson.decode(cur)['status'] == 'done' then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+"""
+
+# KEYS: fan-in set, run hash, then the due set (single server only, as for COMMIT).
+# ARGV: call id, ttl, tool member, run member, calls in the turn, deadline ms, the turn's
+# step_no. Returns {the set's size, 1 when the turn is complete and still current}. The call
+# is no longer due; once the turn is complete (and current) the run's next step is.
+FANIN = """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+local c = redis.call('SCARD', KEYS[1])
+local ready = 0
+if c >= tonumber(ARGV[5]) and tonumber(redis.call('HGET', KEYS[2], 'step_no') or '-1') == tonumber(ARGV[7]) then
+  ready = 1
+end
+if #KEYS >= 3 then
+  redis.call('ZREM', KEYS[3], ARGV[3])
+  if ready == 1 then redis.call('ZADD', KEYS[3], ARGV[6], ARGV[4]) end
+end
+return {c, ready}
+"""
