@@ -145,7 +145,7 @@ def dag_data(dag_id: str, status: str, result: dict[str, Any] | None,
 
 def deliver(rt: Runtime, wid: str) -> None:
     """The ``reactq.webhook`` task: one attempt of ``wid``'s message, if it is due."""
-    with rt.leases.hold(due_member(wid), WEBHOOK, [wid], WEBHOOKS_QUEUE, wait=0) as held:
+    with rt.leases.hold_only(due_member(wid), WEBHOOK, [wid], WEBHOOKS_QUEUE, wait=0) as held:
         if held:
             _deliver_held(rt, wid)
 
