@@ -4,7 +4,7 @@
     h = d.submit(RunRequest(query="what is 17*23?"))
     for stream_id, event in h.events():   # blocking; resumable with after=stream_id
         ...
-    h.result(timeout=60)                  # the stored result once the run ended
+    h.result(timeout=60)                  # the stored result once the run ended (NoWorker: none is up)
 
 Tasks are enqueued by name (``send_task``), so this module imports no task or tool code.
 """
@@ -22,7 +22,7 @@ import redis
 from celery import Celery
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.errors import NoWorker, RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
@@ -54,6 +54,12 @@ def follow_events(read: Callable[[str | None, int], list[tuple[str, Event]]], ex
             if not until_done or (deadline is not None and time.monotonic() > deadline):
                 return
             exists()
+
+
+#: ``RunHandle.result``'s default wait (seconds); ``timeout=None`` waits for as long as it takes.
+RESULT_TIMEOUT = 600.0
+#: After this long still ``queued``, ``result`` asks whether any worker is up at all.
+PICKUP_CHECK = 30.0
 
 
 def check_interrupt(text: str, max_chars: int) -> None:
@@ -109,16 +115,34 @@ class RunHandle:
         # Nudge: a run waiting on slow tools ends now instead of when they report.
         self.d.send(ITERATE, [self.run_id, rec.step_no])
 
-    def result(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
-        """Wait until the run ended; returns its stored result. ``TimeoutError`` otherwise."""
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def result(self, timeout: float | None = RESULT_TIMEOUT, poll: float = 0.05, *,
+               pickup_check: float | None = PICKUP_CHECK) -> dict[str, Any]:
+        """Wait until the run ended; returns its stored result.
+
+        ``NoWorker`` (a ``TimeoutError``) when the run is still ``queued`` after
+        ``pickup_check`` seconds (or at ``timeout``) and no worker answers a ping: it would
+        wait forever. ``TimeoutError`` naming the run's status after ``timeout`` seconds
+        (``None``: no limit)."""
+        started = time.monotonic()
+        checked = pickup_check is None
         while True:
             st = self.status()
             if st["status"] in TERMINAL_STATUSES and st["result"] is not None:
                 return {"run_id": self.run_id, **st["result"]}
-            if deadline is not None and time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            late = timeout is not None and waited > timeout
+            if st["status"] == "queued" and (late or (not checked and waited > (pickup_check or 0))):
+                checked = True
+                self._no_worker_check(waited)
+            if late:
                 raise TimeoutError(f"run {self.run_id} still {st['status']} after {timeout}s")
             time.sleep(poll)
+
+    def _no_worker_check(self, waited: float) -> None:
+        """``NoWorker`` when no worker answers a ping (the run is still queued)."""
+        if not self.d.workers_seen(timeout=1.0):
+            raise NoWorker(f"run {self.run_id} is still queued after {waited:.0f}s and no worker answers: "
+                           "start one ('reactq worker'), with the same REACTQ_REDIS_URL / REACTQ_BROKER_URL")
 
 
 class Dispatcher:
@@ -181,7 +205,10 @@ class Dispatcher:
         if req.thread_id is not None:
             from reactq.dispatcher.threads import submit_on_thread
 
-            return submit_on_thread(self, req, run_id)
+            sub = submit_on_thread(self, req, run_id)
+            handle = RunHandle(self, sub.run_id, created=sub.created)
+            handle.injected, handle.interrupt_id = sub.injected, sub.interrupt_id
+            return handle
         if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
             run_id = uuid.uuid4().hex if req.idempotency_key is None else idempotent_id(req.idempotency_key)
         rid, created = self.store.create(run_id, req.model_dump(mode="json"),
@@ -201,4 +228,4 @@ class Dispatcher:
         return [name for r in replies for name in r]
 
 
-__all__ = ["Dispatcher", "RunHandle", "RunNotFound"]
+__all__ = ["Dispatcher", "NoWorker", "RunHandle", "RunNotFound"]

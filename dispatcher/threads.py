@@ -16,6 +16,7 @@ skips it once the decision is older than ``ORPHAN_AFTER`` seconds. Dying after a
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
@@ -33,7 +34,18 @@ from reactq.shared.stores.threads import (
 from reactq.shared.wire import ITERATE
 
 if TYPE_CHECKING:
-    from reactq.dispatcher.client import Dispatcher, RunHandle
+    from reactq.dispatcher.client import Dispatcher
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """What became of a run submitted on a thread (the caller wraps it in a ``RunHandle``)."""
+
+    run_id: str
+    created: bool
+    injected: bool = False
+    """The query went into the thread's active run (``inject``): ``run_id`` is that run."""
+    interrupt_id: str | None = None
 
 class ThreadBusy(RequestError):
     """``multitask_strategy: reject`` while another run of the thread is active (HTTP 409)."""
@@ -56,16 +68,14 @@ def thread_store(d: Dispatcher) -> ThreadStore:
     return ts
 
 
-def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) -> RunHandle:
+def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) -> Submitted:
     """Start, enqueue, inject, reject or stop-and-replace, as ``req.multitask_strategy`` says."""
-    from reactq.dispatcher.client import RunHandle
-
     assert req.thread_id is not None
     tid = req.thread_id
     if req.idempotency_key is not None:
         existing = d.redis.get(d.keys.idem(req.idempotency_key))
         if existing:
-            return RunHandle(d, text(existing), created=False)
+            return Submitted(text(existing), created=False)
     ts = thread_store(d)
     repair(d, ts, tid)
     rid = run_id or uuid.uuid4().hex
@@ -75,13 +85,11 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) 
         raise ThreadBusy(tid, active or "?")
     if decision.kind == "inject":
         assert active is not None
-        handle = RunHandle(d, active, created=False)
         if req.idempotency_key is not None and not d.redis.set(
                 d.keys.idem(req.idempotency_key), active, nx=True, ex=d.store._index_ttl):
-            return handle  # a retry of an injection that already happened: not twice
-        handle.injected = True
-        handle.interrupt_id = d.store.add_interrupt(active, req.query)
-        return handle
+            return Submitted(active, created=False)  # a retry of an injection that already happened
+        return Submitted(active, created=False, injected=True,
+                         interrupt_id=d.store.add_interrupt(active, req.query))
     stored, created = d.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key)
     if decision.kind == "start":
         _start(d, rid)
@@ -91,7 +99,7 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) 
         # The active run ended between the decision and ``create``: its worker sent this
         # run's first task before the run existed, and that task found nothing. Again.
         _start(d, rid)
-    return RunHandle(d, stored, created=created)
+    return Submitted(stored, created=created)
 
 
 def _start(d: Dispatcher, run_id: str) -> None:
@@ -119,7 +127,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
     active = ts.active(tid)
     if active is None:
         return
-    status = d.redis.hget(d.keys.run(active), "status")
+    [[status]] = d.store.fields_of([active], "status")
     if status is None:
         nxt = skip_orphans(ts, d.store, tid, active)
         if nxt is not None and nxt != active and not_started(d.store, nxt):
@@ -145,11 +153,8 @@ def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:
         return None
     repair(d, ts, tid)
     entries = ts.runs(tid)
-    pipe = d.redis.pipeline(transaction=False)
-    for e in entries:
-        pipe.hget(d.keys.run(e["run_id"]), "status")
-    statuses = pipe.execute() if entries else []
-    runs = [{"run_id": e["run_id"], "status": s.decode() if s else "expired", "query": e["query"],
+    statuses = [row[0] for row in d.store.fields_of([e["run_id"] for e in entries], "status")]
+    runs = [{"run_id": e["run_id"], "status": s or "expired", "query": e["query"],
              "created_at": e["created_at"]} for e, s in zip(entries, statuses, strict=True)]
     messages = [m.model_dump(mode="json", include={"role", "content"}) for m in ts.history(tid)]
     return {"thread_id": tid, "active_run": ts.active(tid), "runs": runs, "messages": messages}

@@ -13,6 +13,7 @@
     ├── RunNotFound            no run (or DAG) with that id
     ├── StateConflict          stored state cannot take this step (moved past it, or another version)
     ├── UsageError             a command line that cannot work (exit 2), naming the option
+    ├── NoWorker               (also a TimeoutError) a run waited for a worker and none took it
     └── LocalServiceError      a process reactq starts for you (local workers, model server) did not come up
 
 Every error pickles (Celery stores exceptions in its result backend).
@@ -94,3 +95,7 @@ class UsageError(ReactqError):
 
 class LocalServiceError(ReactqError, RuntimeError):
     """A process reactq starts on the user's behalf did not come up; the message names its log."""
+
+
+class NoWorker(ReactqError, TimeoutError):
+    """A run is still queued and no worker answers: nothing will take it until one starts."""

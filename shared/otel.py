@@ -31,6 +31,7 @@ from typing import Any
 
 from reactq.shared.llm.base import DelegatingLLM
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
+from reactq.shared.settings import OtelSettings
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def tracer() -> Any:
         if _configured:
             return _tracer
         _configured = True
-        if not os.environ.get(ENDPOINT_ENV):
+        if not _otel().endpoint:
             return None
         try:
             _tracer = _setup()
@@ -71,7 +72,7 @@ def _setup() -> Any:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     # OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES still apply (Resource.create reads them).
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "reactq-worker"),
+    resource = Resource.create({"service.name": _otel().service_name,
                                 "process.pid": os.getpid()})
     provider = TracerProvider(resource=resource)
     # The exporter reads OTEL_EXPORTER_OTLP_ENDPOINT (+ /v1/traces) and its headers itself.
@@ -123,7 +124,13 @@ def run_context(run_id: str) -> Any:
 
 
 def capture_content() -> bool:
-    return os.environ.get(CONTENT_ENV, "").strip().lower() in ("1", "true", "yes")
+    return _otel().capture_content
+
+
+def _otel() -> OtelSettings:
+    # Read when asked (tracing set up once; content capture per traced call), not cached:
+    # tests and operators may change it while the process runs.
+    return OtelSettings()
 
 
 @contextmanager

@@ -9,6 +9,7 @@ Two groups, read once at the edge (worker start, CLI, gateway) and passed inward
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr
@@ -96,6 +97,10 @@ class Settings(BaseSettings):
     http_fetch_allow: str = ""
     http_fetch_max_bytes: int = Field(2_000_000, ge=1024)
     http_fetch_timeout: float = Field(20.0, gt=0)
+    sse_keepalive: float = Field(15.0, gt=0)
+    """Seconds between keep-alive comments on an idle event stream (SSE)."""
+    flower_url: str | None = None
+    """Where the run viewer links to Flower (none: no link)."""
     # Webhooks (reactq.shared.webhooks): signing secret, retries, the SSRF guard's allowlist.
     webhook_secret: SecretStr | None = None
     """``whsec_<base64>``: the Standard Webhooks signing key (``REACTQ_WEBHOOK_SECRET``)."""
@@ -110,3 +115,40 @@ class Settings(BaseSettings):
     def due_seconds(self) -> float:
         """Committed work not taken up within this long is sent again (workers/recovery/watchdog.py)."""
         return self.lease_seconds + self.due_grace_seconds
+
+
+class OtelSettings(BaseSettings):
+    """OpenTelemetry's own variables, as its SDK names them (the ``otel`` extra)."""
+
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True, populate_by_name=True)
+
+    endpoint: str | None = Field(None, validation_alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    """Traces are exported here (OTLP over HTTP); unset: no traces."""
+    service_name: str = Field("reactq-worker", validation_alias="OTEL_SERVICE_NAME")
+    capture_content: bool = Field(False, validation_alias="OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+    """Record prompts and completions on LLM spans (off: only sizes and token counts)."""
+
+
+def env_value(name: str) -> str | None:
+    """The environment variable ``name``, for a setting that names the variable holding a
+    secret (a model registry's ``api_key_env``, an MCP server's ``headers_from_env``): read at
+    the edge like every other setting, so the rest of the code never reads the environment."""
+    return os.environ.get(name)
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, for a child process to start from."""
+    return dict(os.environ)
+
+
+def child_env(settings: Settings, **extra: str) -> dict[str, str]:
+    """The environment for a process of ours started from this one (a worker, a gateway):
+    this process's environment plus the settings it resolved on the way (the local model's
+    registry, the demo tools) and ``extra``. Nothing is written into this process's own."""
+    env = environment()
+    if settings.models is not None:
+        env["REACTQ_MODELS"] = str(settings.models)
+    if settings.demo_tools:
+        env["REACTQ_DEMO_TOOLS"] = "true"
+    env.update(extra)
+    return env

@@ -120,11 +120,11 @@ class BatchDriver:
         workers and a step in progress holds a lease.
         """
         d = self.dispatcher
-        raw = d.redis.hget(d.keys.run(run_id), "status")
+        [[raw]] = d.store.fields_of([run_id], "status")
         if raw is None:
             log.warning("run %s was never stored (an earlier attempt died in submit); storing it", run_id)
             d.store.create(run_id, req.model_dump(mode="json"), batch_id=self.batch_id)
-        elif raw != b"queued":
+        elif raw != "queued":
             return
         d.send(ITERATE, [run_id, 0])
 
@@ -133,16 +133,12 @@ class BatchDriver:
         if not inflight:
             return []
         d = self.dispatcher
-        pipe = d.redis.pipeline(transaction=False)
         ids = list(inflight)
-        for rid in ids:
-            pipe.hmget(d.keys.run(rid), "status", "result")
         out: list[tuple[str, dict[str, Any] | None, str]] = []
-        for rid, (status, result) in zip(ids, pipe.execute(), strict=True):
-            if status is None:  # expired (or deleted) before we saw it end
+        for rid, (st, result) in zip(ids, d.store.fields_of(ids, "status", "result"), strict=True):
+            if st is None:  # expired (or deleted) before we saw it end
                 out.append((rid, None, "failed"))
                 continue
-            st = status.decode()
             if st in TERMINAL_STATUSES and result is not None:
                 out.append((rid, json.loads(result), st))
         if self.token_budget is not None:

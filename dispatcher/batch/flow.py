@@ -36,10 +36,7 @@ class BatchFlow:
 
     def read_spend(self, d: Any, ids: list[str], finished: set[str]) -> None:
         """Refresh the spend of ``ids`` (in flight at this tick; ``finished`` just ended)."""
-        pipe = d.redis.pipeline(transaction=False)
-        for rid in ids:
-            pipe.hget(d.keys.run(rid), SPENT_FIELD)
-        for rid, raw in zip(ids, pipe.execute(), strict=True):
+        for rid, (raw,) in zip(ids, d.store.fields_of(ids, SPENT_FIELD), strict=True):
             n = int(raw or 0)
             if rid in finished:
                 self.spent_done += n

@@ -2,22 +2,26 @@
 
 =================  ===========================================================
 ``runs``           ``run``, ``watch``, ``interrupt``, ``cancel``, ``status``
-``batches``        ``batch`` (a JSONL file), ``batch-cancel`` (an HTTP batch)
-``dags``           ``dag`` (loaded only when used)
+``listing``        ``runs`` (the run index: filters, pages, ``--json``)
+``batches``        ``batch FILE`` (a JSONL file, driven here), ``batch status|cancel
+                   BATCH_ID`` (an HTTP batch, driven by a gateway)
+``dags``           ``dag PLAN.json | --goal TEXT``; ``dag_ids``: ``dag status|watch|cancel``
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
 ``ops``            ``serve``, ``worker``, ``down``, ``models``, ``tools``
-``common``         consoles, exit codes, ``fail``; ``checks``: argument checks;
+``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
 =================  ===========================================================
 
-Exit codes: 0 the run succeeded (or the command did what it was asked), 1 the run failed or
-was cancelled (for ``batch``: some line did not succeed), 2 bad usage — including a request
-refused at the door (the message names the field and the limit), an unknown run id and a
-configuration error — and 130 interrupted (Ctrl-C).
+Exit codes (``common.EXIT_CODES``, the same for every command): 0 ok — the run, batch or
+DAG succeeded, or the command did what it was asked (cancelling something that had already
+ended is nothing to do: 0); 1 the run, batch or DAG did not succeed (or had ended when the
+command needed it running: interrupt); 2 bad usage — including a request refused at the door
+(the message names the field and the limit), a configuration error and an id that names
+nothing; 130 interrupted (Ctrl-C).
 
 Pretty output goes to stdout, notes (the run id, how to watch it again, what was started)
 to stderr, so ``reactq run … > answer.txt`` keeps only the run. ``--json`` prints the raw
-events, one ``{"id", "event", "data"}`` object per line.
+events, one ``{"id", "event", "data"}`` object per line, or the object asked for.
 
 Heavy modules (Celery, FastAPI, the engine) are imported inside the commands that need
 them, so ``reactq --help`` and ``reactq status`` start fast.
@@ -25,40 +29,89 @@ them, so ``reactq --help`` and ``reactq status`` start fast.
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import batches, ops, runs, threads
-from reactq.dispatcher.cli.common import EXIT_FAILED, err
+from reactq.dispatcher.cli import batches, listing, ops, runs, threads
+from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_show_locals=False)
+                  epilog=EXIT_CODES_EPILOG, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_show_locals=False)
+
+#: Commands whose first argument may be a verb acting on a stored object by its id; without
+#: one, the command does its own work (``dag PLAN.json``, ``batch FILE``). "module:function".
+VERBS: dict[str, dict[str | None, str]] = {
+    "dag": {None: "dags:dag", "status": "dag_ids:status", "watch": "dag_ids:watch", "cancel": "dag_ids:cancel"},
+    "batch": {None: "batches:batch", "status": "batches:status", "cancel": "batches:cancel"},
+}
+_VERB_HELP = {
+    "dag": "Run a DAG ('reactq dag PLAN.json' or 'reactq dag --goal TEXT'), or act on one: "
+           "'reactq dag status|watch|cancel DAG_ID'.",
+    "batch": "Run a JSONL file of runs here ('reactq batch FILE -o OUT'), or act on an HTTP batch: "
+             "'reactq batch status|cancel BATCH_ID'.",
+}
 
 
-def dag(ctx: typer.Context) -> None:
-    """Run a DAG: 'reactq dag PLAN.json' or 'reactq dag --goal TEXT'."""
-    # Imported here: the DAG command is only loaded when used.
-    from reactq.dispatcher.cli import dags
+def resolve(spec: str) -> Callable[..., Any]:
+    """``module:function`` of this package (imported only when used)."""
+    module, attr = spec.split(":")
+    fn: Callable[..., Any] = getattr(importlib.import_module(f"reactq.dispatcher.cli.{module}"), attr)
+    return fn
 
-    sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
-    sub.command()(dags.dag)
-    typer.main.get_command(sub).main(args=ctx.args, prog_name="reactq dag")
+
+def verb_command(name: str) -> Callable[[typer.Context], None]:
+    """``reactq NAME [VERB] ARGS…``: the verb's command, or NAME's own."""
+    verbs = VERBS[name]
+
+    def command(ctx: typer.Context) -> None:
+        args = list(ctx.args)
+        verb = args[0] if args and args[0] in verbs else None
+        others = ", ".join(f"'reactq {name} {v} …'" for v in verbs if v)
+        sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
+        sub.command(epilog=None if verb else f"Also: {others}. {EXIT_CODES_EPILOG}")(resolve(verbs[verb]))
+        prog = f"reactq {name}" + (f" {verb}" if verb else "")
+        typer.main.get_command(sub).main(args=args[1:] if verb else args, prog_name=prog)
+
+    command.__name__ = name
+    command.__doc__ = _VERB_HELP[name]
+    return command
+
+
+def version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version as dist_version
+
+        print(f"reactq {dist_version('reactq')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(_: bool = typer.Option(False, "--version", callback=version, is_eager=True,
+                                help="print reactq's version and exit")) -> None:
+    """ReAct agents as durable, distributed jobs on Celery and Redis."""
 
 
 _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # args go on as they are
 
 # Registered in the order `reactq --help` lists them.
-for command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status, batches.batch):
-    app.command()(command)
-app.command(context_settings=_PASS_THROUGH, add_help_option=False)(dag)
+for run_command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status):
+    app.command()(run_command)
+app.command("runs")(listing.runs)
+for name in VERBS:
+    app.command(name, context_settings=_PASS_THROUGH, add_help_option=False)(verb_command(name))
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
-for op in (ops.down, ops.models, ops.tools):
-    app.command()(op)
+for ops_command in (ops.down, ops.models, ops.tools):
+    app.command()(ops_command)
 app.command("thread")(threads.thread)
-app.command("batch-cancel")(batches.batch_cancel)
+# The older name of 'reactq batch cancel BATCH_ID', kept working (not listed).
+app.command("batch-cancel", hidden=True)(batches.batch_cancel)
 
 
 def main() -> None:
@@ -70,4 +123,4 @@ def main() -> None:
         sys.exit(EXIT_FAILED)
 
 
-__all__ = ["app", "main"]
+__all__ = ["VERBS", "app", "main", "resolve"]

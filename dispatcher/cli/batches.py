@@ -1,16 +1,19 @@
-"""``reactq batch FILE -o OUT`` (a JSONL file of runs, resumable) and ``reactq batch-cancel
-BATCH_ID`` (the CLI way to ``POST /v1/batches/{id}/cancel``).
+"""Two kinds of batch, one command word:
 
-``batch`` exits 0 when every line succeeded, 1 when some did not, 130 interrupted (rerun the
-same command to resume). ``batch-cancel``: the batch's driver (in the gateway) cancels its
-runs in flight and ends the lines not started ``skipped``; exit 0 once asked, 2 for an
-unknown batch, 1 if it had already ended.
+* ``reactq batch FILE -o OUT`` runs a JSONL file *here*: this process drives it and the
+  output file is its record (stop it with Ctrl-C, resume it by running the same command).
+  Exit 0 when every line succeeded, 1 when some did not, 130 interrupted.
+* ``reactq batch status | cancel BATCH_ID`` act on an *HTTP batch* (``POST /v1/batches``),
+  which a gateway drives and Redis keeps. ``cancel``: its runs in flight are cancelled and
+  the lines not started end ``skipped``; exit 0 once asked, or when it had already ended
+  (nothing to cancel); 2 for an unknown id. ``reactq batch-cancel BATCH_ID``, the older name,
+  still works.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, cast
+from typing import Any, Optional
 
 import typer
 
@@ -18,11 +21,13 @@ from reactq.dispatcher.cli.common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    check_id,
     dispatcher,
     ensure_local_workers,
     err,
     fail,
     out,
+    print_json,
     settings,
 )
 from reactq.shared.errors import ConfigError
@@ -32,11 +37,13 @@ def batch(
     input_file: Path = typer.Argument(..., exists=True, dir_okay=False, readable=True,
                                       help="JSONL: one RunRequest (optionally with an id) per line"),
     output: Path = typer.Option(..., "--output", "-o", help="JSONL results (appended; resumable)"),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=1000, help="runs in flight"),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=1000, help="runs in flight (1-1000)"),
     token_budget: Optional[int] = typer.Option(None, "--token-budget", min=1,
                                                help="stop starting lines once the batch's runs used this many tokens"),
 ) -> None:
-    """Run every line of a JSONL file; rerun with the same output file to resume."""
+    """Run every line of a JSONL file here; rerun with the same output file to resume.
+
+    'reactq batch status|cancel BATCH_ID' act on an HTTP batch (POST /v1/batches) instead."""
     from reactq.dispatcher.batch.files import run_file_batch
     from reactq.dispatcher.cli.checks import input_file_problem, output_file_problem
 
@@ -62,16 +69,58 @@ def batch(
     raise typer.Exit(EXIT_OK if tally.succeeded == tally.total else EXIT_FAILED)
 
 
-def batch_cancel(batch_id: str = typer.Argument(..., help="the id POST /v1/batches returned")) -> None:
-    """Cancel an HTTP batch: its runs are cancelled, lines not started are skipped."""
+BATCH_ID = typer.Argument(..., help="the HTTP batch's id (POST /v1/batches answers it)")
+
+
+def _batch_view(batch_id: str) -> tuple[Any, dict[str, Any]]:
+    """(the batch store, the batch's progress), or exit 2 for an id that names nothing."""
     from reactq.dispatcher.batch.store import BatchStore
 
+    check_id(batch_id, "BATCH_ID")
     d = dispatcher()
-    status = cast(bytes | None, d.redis.hget(d.keys.batch(batch_id), "status"))
-    if status is None:
+    store = BatchStore(d.redis, d.keys, d.settings.run_ttl_seconds)
+    view = store.view(batch_id, with_results=False)
+    if view is None:
         fail(f"no batch with id {batch_id!r} (it may have expired)")
-    if status != b"running":
-        err.print(f"batch {batch_id} has already ended ({status.decode()})")
-        raise typer.Exit(EXIT_FAILED)
-    BatchStore(d.redis, d.keys, d.settings.run_ttl_seconds).request_cancel(batch_id)
-    out.print(f"batch {batch_id}: cancelling (runs in flight are cancelled, lines not started skipped)")
+    return store, view
+
+
+def status(
+    batch_id: str = BATCH_ID,
+    as_json: bool = typer.Option(False, "--json", help="print the progress as JSON (as GET /v1/batches/{id})"),
+) -> None:
+    """An HTTP batch's progress: done, succeeded, failed, invalid, running, queued, tokens."""
+    _, view = _batch_view(batch_id)
+    if as_json:
+        print_json(view)
+        return
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in view.items():
+        if key not in ("created_at", "updated_at") and value is not None:
+            table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    out.print(table)
+
+
+def cancel(
+    batch_id: str = BATCH_ID,
+    as_json: bool = typer.Option(False, "--json", help="print {batch_id, status} as JSON"),
+) -> None:
+    """Cancel an HTTP batch: its runs in flight are cancelled, lines not started skipped."""
+    store, view = _batch_view(batch_id)
+    if view["status"] != "running":
+        err.print(f"batch {batch_id} has already ended ({view['status']}): nothing to cancel")
+        status_now = view["status"]
+    else:
+        store.request_cancel(batch_id)
+        status_now = "cancelling"
+        if not as_json:
+            out.print(f"batch {batch_id}: cancelling (runs in flight are cancelled, lines not started skipped)")
+    if as_json:
+        print_json({"batch_id": batch_id, "status": status_now})
+
+
+def batch_cancel(batch_id: str = BATCH_ID) -> None:
+    """The older name of 'reactq batch cancel BATCH_ID'."""
+    cancel(batch_id, as_json=False)

@@ -7,11 +7,13 @@ need them, so ``reactq --help`` and ``reactq status`` start fast.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 
 from reactq.shared.errors import ConfigError, LocalServiceError, RunNotFound
 from reactq.shared.settings import Settings
@@ -25,10 +27,37 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
+#: The one exit-code table of every command: (code, meaning, what falls under it).
+#: ``reactq --help`` shows the first two columns; docs/cli.md all three.
+EXIT_CODES = (
+    (EXIT_OK, "ok", "the run, batch or DAG succeeded, or the command did what it was asked: shown, "
+                    "listed, cancel requested, or nothing to cancel because it had already ended"),
+    (EXIT_FAILED, "the run, batch or DAG did not succeed",
+     "it failed or was cancelled (a batch: some line did not succeed); or it had ended when the command "
+     "needed it running (interrupt); a busy thread refused the run; Redis could not be reached"),
+    (EXIT_USAGE, "usage or not found", "a bad argument or option, a request refused at the door (the "
+                                       "message names the field and the limit), a configuration error, "
+                                       "an id that names nothing"),
+    (EXIT_INTERRUPTED, "interrupted", "Ctrl-C; a run, batch or DAG left running goes on"),
+)
+EXIT_CODES_EPILOG = "Exit codes: " + " · ".join(f"{code} {short}" for code, short, _ in EXIT_CODES) + "."
+
 
 def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    err.print(f"[red]error:[/] {message}", markup=True, highlight=False)
+    err.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
+
+
+def check_id(value: str, what: str) -> None:
+    """A run, DAG or batch id of the one id pattern, else exit 2 naming ``what``."""
+    from reactq.dispatcher.cli.checks import id_problem
+
+    if why := id_problem(value, what):
+        fail(why)
+
+
+def print_json(value: object) -> None:
+    print(json.dumps(value, ensure_ascii=False), flush=True)
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -65,10 +94,7 @@ def dispatcher(s: Settings | None = None) -> Dispatcher:
 
 
 def handle_for(run_id: str) -> RunHandle:
-    from reactq.dispatcher.cli.checks import id_problem
-
-    if why := id_problem(run_id, "RUN_ID"):
-        fail(why)
+    check_id(run_id, "RUN_ID")
     try:
         return dispatcher().handle(run_id)
     except RunNotFound as exc:
@@ -76,6 +102,7 @@ def handle_for(run_id: str) -> RunHandle:
 
 
 def exit_code_for(status: str | None) -> int:
+    """A run's, batch's or DAG's final status → 0 succeeded, else 1."""
     return EXIT_OK if status == "succeeded" else EXIT_FAILED
 
 

@@ -36,7 +36,7 @@ from reactq.shared.errors import ConfigError, RequestError, UsageError
 from reactq.shared.requests import DagRequest
 from reactq.shared.settings import Settings
 
-__all__ = ["UsageError", "dag", "load_request", "steps_table"]
+__all__ = ["UsageError", "dag", "follow_json", "follow_live", "load_request", "steps_table"]
 
 _STATUS_STYLE = {"pending": "dim", "running": "yellow", "completed": "green", "failed": "red",
                  "skipped": "magenta"}
@@ -108,7 +108,7 @@ def _footer(result: dict[str, Any]) -> str:
             f" · {result.get('elapsed')}s")
 
 
-def _follow_live(handle: Any, out: Console) -> dict[str, Any]:
+def follow_live(handle: Any, out: Console) -> dict[str, Any]:
     """Redraw the table on every step or phase event; returns the ``done`` payload."""
     done: dict[str, Any] = {}
     with Live(steps_table(handle.status()), console=out, refresh_per_second=4, transient=False) as live:
@@ -120,7 +120,7 @@ def _follow_live(handle: Any, out: Console) -> dict[str, Any]:
     return done
 
 
-def _follow_json(handle: Any) -> dict[str, Any]:
+def follow_json(handle: Any) -> dict[str, Any]:
     done: dict[str, Any] = {}
     for stream_id, event in handle.events():
         print(json_line(stream_id, event), flush=True)
@@ -161,7 +161,7 @@ def dag(
     handle = dags.submit(request)
     err.print(f"[dim]dag {handle.dag_id} · status: GET /v1/dags/{handle.dag_id}[/]")
     try:
-        done = _follow_json(handle) if json_out else _follow_live(handle, out)
+        done = follow_json(handle) if json_out else follow_live(handle, out)
     except KeyboardInterrupt:
         _interrupted(handle, err)
         raise typer.Exit(EXIT_INTERRUPTED) from None

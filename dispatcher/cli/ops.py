@@ -13,13 +13,14 @@ import typer
 from rich.table import Table
 
 from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, out, settings, with_model
+from reactq.shared.settings import child_env
 from reactq.shared.errors import ConfigError
 
 
 def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="interface to listen on"),
-    port: int = typer.Option(8000, "--port", help="port"),
-    log_level: str = typer.Option("info", "--log-level"),
+    port: int = typer.Option(8000, "--port", help="port to listen on"),
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn's log level (debug, info, warning, …)"),
     start_workers: bool = typer.Option(False, "--start-workers",
                                        help="start a local worker when none is running"),
 ) -> None:
@@ -33,18 +34,19 @@ def serve(
         # Resolve the embedded server once, here, so the app and its threads share it.
         from reactq.shared.redisconn import redis_url
 
-        os.environ["REACTQ_REDIS_URL"] = redis_url(s)
+        s = s.model_copy(update={"redis_url": redis_url(s)})
+    from reactq.dispatcher.http import create_app
     from reactq.dispatcher.local.viewer import viewer_url
 
     typer.echo(f"Viewer: {viewer_url(host, port)}", err=True)
-    uvicorn.run("reactq.dispatcher.http:create_app", factory=True, host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(s), host=host, port=port, log_level=log_level)
 
 
 def worker(
     ctx: typer.Context,
     queues: str = typer.Option("reactq.runs,reactq.tools,reactq.webhooks", "--queues", "-Q", help="queues to consume"),
     pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1),
+    concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="tasks at once (threads)"),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
 ) -> None:
     """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
@@ -53,8 +55,8 @@ def worker(
     from reactq.shared.redisconn import redis_url
 
     s = with_model(settings())
-    env = dict(os.environ)  # carries REACTQ_MODELS when the local model was chosen
-    env["REACTQ_REDIS_URL"] = redis_url(s)  # the embedded server's URL when none is set
+    # The local model's registry when it was chosen; the embedded server's URL when none is set.
+    env = child_env(s, REACTQ_REDIS_URL=redis_url(s))
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
     os.execve(cmd[0], cmd, env)
@@ -72,7 +74,7 @@ def down() -> None:
     out.print(f"stopped {n} local worker(s){embedded}{model}")
 
 
-def models(as_json: bool = typer.Option(False, "--json")) -> None:
+def models(as_json: bool = typer.Option(False, "--json", help="print the registry as JSON")) -> None:
     """The model registry (no secrets)."""
     from reactq.shared.llm.registry import load_registry
 
@@ -92,7 +94,7 @@ def models(as_json: bool = typer.Option(False, "--json")) -> None:
     out.print(table)
 
 
-def tools(as_json: bool = typer.Option(False, "--json")) -> None:
+def tools(as_json: bool = typer.Option(False, "--json", help="print the tools as JSON")) -> None:
     """The tools runs can use (built-ins + REACTQ_MCP servers + REACTQ_TOOLS)."""
     from reactq.shared.tools.loader import default_registry
 

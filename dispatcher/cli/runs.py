@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from reactq.dispatcher.cli.common import (
     fail,
     handle_for,
     out,
+    print_json,
     print_json_event,
     settings,
     validation_message,
@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from reactq.dispatcher.client import RunHandle
     from reactq.shared.events import Event
     from reactq.shared.requests import RunRequest
+
+
+RUN_ID_HELP = "the run's id (reactq run, reactq runs and POST /v1/runs print it)"
 
 
 class Mode(str, Enum):
@@ -163,7 +166,7 @@ def run(
     query: str = typer.Argument(..., help="the question"),
     model: str | None = typer.Option(None, "--model", "-m", help="a model name from the registry"),
     tools: str | None = typer.Option(None, "--tools", "-t", help="comma-separated tool allowlist"),
-    mode: Mode = typer.Option(Mode.auto, "--mode", help="tool-loop mode"),
+    mode: Mode = typer.Option(Mode.auto, "--mode", help="tool-loop mode (auto: native tool calls when the model has them)"),
     as_json: bool = typer.Option(False, "--json", help="print raw events as JSON lines"),
     local: bool = typer.Option(False, "--local", help="run in this process (no Redis, no workers)"),
     max_iterations: int | None = typer.Option(None, "--max-iterations", help="loop limit (1..200)"),
@@ -187,7 +190,7 @@ def run(
 
 
 def watch(
-    run_id: str = typer.Argument(..., help="the run to watch"),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help="print raw events as JSON lines"),
     after: str | None = typer.Option(None, "--after", help="start after this stream id"),
 ) -> None:
@@ -205,42 +208,55 @@ def watch(
     raise typer.Exit(code)
 
 
-def interrupt(run_id: str = typer.Argument(...), text: str = typer.Argument(..., help="the message")) -> None:
+def interrupt(
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
+    text: str = typer.Argument(..., help="the message, taken in as a user interrupt"),
+    as_json: bool = typer.Option(False, "--json", help="print {run_id, interrupt_id} as JSON"),
+) -> None:
     """Send the run a message; it is taken in at the run's next drain point."""
     handle = handle_for(run_id)
     try:
         msg_id = handle.interrupt(text)
     except RequestError as exc:
+        # An ended run cannot take it (1, like a run that did not succeed); bad text is usage (2).
         fail(str(exc), EXIT_FAILED if exc.field == "run_id" else EXIT_USAGE)
-    out.print(msg_id)
+    if as_json:
+        print_json({"run_id": run_id, "interrupt_id": msg_id})
+    else:
+        out.print(msg_id)
 
 
 def cancel(
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     wait: bool = typer.Option(False, "--wait", help="wait until the run has ended"),
+    as_json: bool = typer.Option(False, "--json", help="print {run_id, status} as JSON"),
 ) -> None:
-    """Ask a run to stop at its next step boundary (it ends 'cancelled')."""
+    """Ask a run to stop at its next step boundary (it ends 'cancelled'); 0 also when it had
+    already ended (nothing to cancel)."""
+
     handle = handle_for(run_id)
-    status = handle.status()["status"]
-    if status in TERMINAL_STATUSES:
-        err.print(f"run {run_id} has already ended ({status})")
-        raise typer.Exit(EXIT_OK)
-    handle.cancel()
-    if wait:
-        status = handle.result(timeout=None)["status"]
-        out.print(f"run {run_id} {status}")
+    before = handle.status()["status"]
+    if before in TERMINAL_STATUSES:
+        err.print(f"run {run_id} has already ended ({before}): nothing to cancel")
     else:
-        out.print(f"cancel requested for run {run_id}")
+        handle.cancel()
+    final = handle.result(timeout=None)["status"] if wait and before not in TERMINAL_STATUSES else None
+    now = final or handle.status()["status"]
+    if as_json:
+        print_json({"run_id": run_id, "status": now})
+    elif before not in TERMINAL_STATUSES:
+        out.print(f"run {run_id} {final}" if final else f"cancel requested for run {run_id}")
+    raise typer.Exit(EXIT_OK)
 
 
 def status(
-    run_id: str = typer.Argument(...),
+    run_id: str = typer.Argument(..., help=RUN_ID_HELP),
     as_json: bool = typer.Option(False, "--json", help="print the status as JSON"),
 ) -> None:
     """A run's status and, once it ended, its result."""
     st = handle_for(run_id).status()
     if as_json:
-        print(json.dumps(st, ensure_ascii=False))
+        print_json(st)
         return
     from reactq.dispatcher.cli.render import fmt_tokens, one_line
 

@@ -1,8 +1,8 @@
 """Threads on the command line: ``reactq run --thread ID [--strategy S]`` and
 ``reactq thread ID`` (the conversation, then the thread's runs).
 
-Exit codes as for the other commands: 0 shown, 1 the thread is busy (``--strategy reject``)
-or not found, 2 bad usage.
+Exit codes as for the other commands: 0 shown, 1 the thread is busy (``--strategy reject``),
+2 bad usage or a thread id that names nothing.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def submit(d: Dispatcher, req: RunRequest) -> RunHandle:
 
 
 def thread(
-    thread_id: str = typer.Argument(..., help="the thread id"),
+    thread_id: str = typer.Argument(..., help="the thread id (as given to run --thread)"),
     as_json: bool = typer.Option(False, "--json", help="print the thread as JSON"),
 ) -> None:
     """A thread: its conversation so far, then its runs (oldest first)."""
@@ -70,7 +70,7 @@ def thread(
         fail("thread_id: 1..200 characters of A-Z a-z 0-9 . _ : -")
     view = thread_view(dispatcher(settings()), thread_id)
     if view is None:
-        fail(f"no thread with id {thread_id!r} (it may have expired)", EXIT_FAILED)
+        fail(f"no thread with id {thread_id!r} (it may have expired)")
     if as_json:
         print(json.dumps(view, ensure_ascii=False))
         return

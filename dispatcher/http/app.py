@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -30,7 +29,6 @@ from reactq.shared.settings import Settings
 
 log = logging.getLogger("reactq.http")
 
-DEFAULT_KEEPALIVE = 15.0
 
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
@@ -59,10 +57,10 @@ def _freeze_startup_objects() -> None:
 
 
 def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:
-    """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` or 15 s."""
+    """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` (15 s)."""
     settings = settings or Settings()
     if keepalive is None:
-        keepalive = float(os.environ.get("REACTQ_SSE_KEEPALIVE", DEFAULT_KEEPALIVE))
+        keepalive = settings.sse_keepalive
     gw = Gateway(settings, keepalive)
 
     @asynccontextmanager

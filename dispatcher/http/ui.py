@@ -9,7 +9,6 @@ whether a Flower URL is configured (``REACTQ_FLOWER_URL``).
 
 from __future__ import annotations
 
-import os
 from importlib import resources
 from typing import Any
 
@@ -61,6 +60,6 @@ def ui_file(name: str) -> Any:
 def ui_config(request: Request) -> Any:
     """What the viewer needs to know about this deployment (no secrets)."""
     gateway = getattr(request.app.state, "gateway", None)
-    flower = os.environ.get("REACTQ_FLOWER_URL") or None
+    flower = gateway.settings.flower_url if gateway is not None else None
     auth = bool(gateway is not None and gateway.settings.api_token)
     return {"flower_url": flower, "auth": auth}

@@ -50,7 +50,7 @@ from reactq.dispatcher.local.model import (  # noqa: F401  (re-exported: tests a
     resolve_model,
     write_registry,
 )
-from reactq.shared.settings import Settings
+from reactq.shared.settings import Settings, child_env
 
 SAMPLES = Path(__file__).resolve().parent / "samples" / "questions.jsonl"
 FALLBACK_QUESTIONS = [
@@ -71,7 +71,7 @@ def start_flower(settings: Settings, redis: str) -> tuple[subprocess.Popen[bytes
         return None
     port = free_port(5555)
     log_path = settings.data_dir / "flower.log"
-    env = dict(os.environ, REACTQ_REDIS_URL=redis)
+    env = child_env(settings, REACTQ_REDIS_URL=redis)
     proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "reactq.workers.app", "flower",
                              f"--port={port}", "--address=127.0.0.1"],
                             env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
@@ -178,11 +178,19 @@ def choose_model(settings: Settings) -> str:
     return ""
 
 
+def demo_settings() -> Settings:
+    """The environment's settings, with the demo tools on unless ``REACTQ_DEMO_TOOLS`` says
+    otherwise: the sample questions use them (echo, add), and workers only register them on
+    request (the workers the demo starts get them through ``child_env``)."""
+    settings = Settings()
+    if "demo_tools" in settings.model_fields_set:
+        return settings
+    return settings.model_copy(update={"demo_tools": True})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # The sample questions use the demo tools (echo, add), which workers only register on request.
-    os.environ.setdefault("REACTQ_DEMO_TOOLS", "true")
-    settings = Settings()
+    settings = demo_settings()
     if args.install_local:
         if local_model_missing() is None:
             say("the local model runtime is already installed")

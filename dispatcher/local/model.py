@@ -5,7 +5,7 @@ Used when nothing else is configured (no ``REACTQ_MODELS``, no ``OPENAI_API_KEY`
 
 * :func:`resolve_model` decides: a configured model wins; otherwise, when the ``local`` extra
   is installed, the local server is started once (or found running) and a model registry for
-  it is written to ``<data_dir>/local-models.toml`` and exported as ``REACTQ_MODELS``, so every
+  it is written to ``<data_dir>/local-models.toml`` and passed on as ``REACTQ_MODELS``, so every
   process started from here (local workers) uses it; otherwise a :class:`ConfigError` says
   what to set or install, before anything is submitted (the CLI exits 2).
 * The server is shared: it runs detached, its port and pid are kept in
@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reactq.shared.errors import ConfigError
+from reactq.shared.settings import environment
 from reactq.shared.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +107,7 @@ def install_local(data_dir: Path) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "install-local.log"
     cmd = [sys.executable, "-m", "pip", "install", "-v", "--progress-bar", "off", *local_requirements()]
-    env = dict(os.environ)
+    env = environment()
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     # A portable build: with pip's default (-march=native, AVX-512 and AMX on a CPU that has
     # them) the server died of a general protection fault in libggml-cpu on its first
@@ -309,7 +310,7 @@ def model_configured(settings: Settings) -> bool:
 
 def resolve_model(settings: Settings, *, stream: TextIO = sys.stderr) -> Settings:
     """``settings`` when a model is configured; else the shared local model's registry
-    (exported as ``REACTQ_MODELS`` for child processes); else :class:`ConfigError`."""
+    (passed on to child processes as ``REACTQ_MODELS``: ``child_env``); else :class:`ConfigError`."""
     if model_configured(settings):
         return settings
     missing = local_model_missing()
@@ -317,7 +318,6 @@ def resolve_model(settings: Settings, *, stream: TextIO = sys.stderr) -> Setting
         raise ConfigError(NO_MODEL.format(missing=missing))
     base_url = shared_server(settings, stream=stream)
     registry = write_registry(settings.data_dir / REGISTRY_FILE, base_url).resolve()
-    os.environ["REACTQ_MODELS"] = str(registry)
     return settings.model_copy(update={"models": registry})
 
 

@@ -13,6 +13,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from reactq.shared.settings import environment
+
 
 def viewer_url(host: str, port: int) -> str:
     """The viewer's URL as a browser on this machine reaches it (0.0.0.0 → 127.0.0.1)."""
@@ -34,7 +36,8 @@ def start_gateway(redis: str, port: int, log_path: Path, *, flower_url: str | No
                   timeout: float = 30.0) -> tuple[subprocess.Popen[bytes], str] | None:
     """``uvicorn reactq.dispatcher.http:create_app`` on 127.0.0.1:``port``; (process, viewer
     URL), or None when it did not come up (the demo goes on without it)."""
-    env = dict(os.environ, REACTQ_REDIS_URL=redis)
+    env = environment()
+    env["REACTQ_REDIS_URL"] = redis
     if flower_url:
         env["REACTQ_FLOWER_URL"] = flower_url
     cmd = [sys.executable, "-m", "uvicorn", "--factory", "reactq.dispatcher.http:create_app",

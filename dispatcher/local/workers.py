@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from reactq.shared.errors import LocalServiceError
+from reactq.shared.settings import child_env
 from reactq.shared.redisconn import redis_url, stop_embedded
 from reactq.shared.settings import Settings
 
@@ -38,8 +39,7 @@ def ensure_workers(settings: Settings, *, count: int = 1, concurrency: int = 8,
     d = Dispatcher(settings)
     if ping and d.workers_seen(timeout=1.0):
         return []
-    env = dict(os.environ)
-    env["REACTQ_REDIS_URL"] = redis_url(settings)
+    env = child_env(settings, REACTQ_REDIS_URL=redis_url(settings))
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     pids = []
     for i in range(count):

@@ -19,7 +19,6 @@ What callers may rely on:
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -30,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from reactq.shared.errors import ConfigError
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.openai import OpenAILLM
-from reactq.shared.settings import Settings
+from reactq.shared.settings import Settings, environment
 
 __all__ = ["ModelRegistry", "ModelSpec", "ModelEntry", "Abilities", "DEFAULT_ROLES",
            "load_model_specs", "load_registry"]
@@ -254,7 +253,7 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
 
     ``environ`` (default ``os.environ``) is where ``api_key_env`` variables are read.
     """
-    env = os.environ if environ is None else environ
+    env = environment() if environ is None else environ
     registry = ModelRegistry()
     if settings.models is None:
         roles = list(DEFAULT_ROLES)

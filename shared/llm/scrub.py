@@ -8,9 +8,10 @@ result, an ``error`` event, SSE or a log line.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
+
+from reactq.shared.settings import env_value
 
 _SHAPES = [
     (re.compile(r"\bsk-[A-Za-z0-9_\-]{6,}"), "sk-***"),
@@ -23,7 +24,7 @@ SNIPPET = 200
 
 
 def configured_keys(extra: Iterable[str | None] = ()) -> list[str]:
-    keys = [os.environ.get(v) for v in KEY_VARS] + list(extra)
+    keys = [env_value(v) for v in KEY_VARS] + list(extra)
     # Longest first, so a key that contains another is replaced whole.
     return sorted({k for k in keys if k and len(k) >= 4}, key=len, reverse=True)
 

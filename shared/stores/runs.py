@@ -190,6 +190,18 @@ class RunStore:
         entries, cancel = checked(replies[-1])
         return _interrupts(entries), text(cancel) == "1"
 
+    def fields_of(self, run_ids: list[str], *names: str) -> list[list[str | None]]:
+        """``names`` of each run's record, in one round trip (None: no such field or run)."""
+        if not run_ids:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for rid in run_ids:
+            pipe.hmget(self.keys.run(rid), *names)
+        return [[None if v is None else text(v) for v in row] for row in pipe.execute()]
+
+    def exists(self, run_id: str) -> bool:
+        return bool(self.r.exists(self.keys.run(run_id)))
+
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
         fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq")

@@ -34,14 +34,14 @@ class Gateway:
     log: Path
 
 
-def start_gateway(env: dict[str, str], log: Path, *, via_cli: bool = True) -> Gateway:
-    """``reactq serve`` (or plain ``uvicorn reactq.dispatcher.http:app``) on a free port."""
-    port = free_port()
+def start_gateway(env: dict[str, str], log: Path, *, via_cli: bool = True, port: int | None = None) -> Gateway:
+    """``reactq serve`` (or plain ``uvicorn reactq.dispatcher.http:app``) on ``port`` (a free one)."""
+    port = port or free_port()
     cmd = ([sys.executable, "-m", "dispatcher", "serve"] if via_cli else
            [sys.executable, "-m", "uvicorn", "reactq.dispatcher.http:app", "--host", "127.0.0.1"])
     proc = subprocess.Popen(
         [*cmd, "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+        cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
     gw = Gateway(f"http://127.0.0.1:{port}", proc, log)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:

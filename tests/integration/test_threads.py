@@ -346,7 +346,7 @@ def test_cli_run_on_a_thread_then_show_it(redis_url, llm, workers):
     pretty = in_process("thread", tid)
     assert pretty.exit_code == 0 and "Remembered 42." in pretty.output and "succeeded" in pretty.output
     assert in_process("thread", "no{such}").exit_code == 2
-    assert in_process("thread", new_tid()).exit_code == 1
+    assert in_process("thread", new_tid()).exit_code == 2  # not found: usage, as for a run
     bad = in_process("run", "q", "--thread", "sp ace")
     assert bad.exit_code == 2 and "thread_id" in bad.output
     assert in_process("run", "q", "--thread", tid, "--local").exit_code == 2

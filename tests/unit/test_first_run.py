@@ -31,9 +31,6 @@ def bare_env(monkeypatch, tmp_path) -> Iterator[Path]:
             monkeypatch.delenv(k)
     monkeypatch.setenv("REACTQ_DATA_DIR", str(tmp_path))
     yield tmp_path
-    # resolve_model writes REACTQ_MODELS into os.environ itself (monkeypatch never saw it):
-    # left there, every later Settings() of the session used that registry.
-    os.environ.pop("REACTQ_MODELS", None)
 
 
 def test_no_model_and_no_local_extra_exits_2_before_submitting(bare_env, monkeypatch):
@@ -67,7 +64,7 @@ def test_with_the_local_extra_the_shared_server_is_used_with_the_measured_regist
     monkeypatch.setattr(localmodel, "local_model_missing", lambda: None)
     monkeypatch.setattr(localmodel, "shared_server", lambda s, stream=None: "http://127.0.0.1:7/v1")
     s = localmodel.resolve_model(Settings())
-    assert s.models is not None and os.environ["REACTQ_MODELS"] == str(s.models)
+    assert s.models is not None and "REACTQ_MODELS" not in os.environ  # passed on, never exported
     entry = tomllib.loads(s.models.read_text())["models"]["smollm2"]
     assert entry["base_url"] == "http://127.0.0.1:7/v1" and entry["tool_results_as"] == "user"
     # JSON mode with the action schema as the grammar, one tool turn, the loop's answer

@@ -143,3 +143,130 @@ def test_the_environment_check_sees_each_way_of_reading_it(tmp_path):
                    "a = os.environ.get('X')\nb = os.getenv('Y')\nc = EngineConfig()\n"
                    "d = field(default_factory=EngineConfig)\ne = EngineConfig.defaults()\n")
     assert len(_env_reads(src, _settings_classes())) == 5
+
+
+# -- the wings: where Redis is spoken, which way imports point -------------------------------
+
+#: Modules of ``shared/`` outside ``shared/stores/`` that may import redis-py: the connection
+#: itself and kombu's transport (the broker's, not the state's).
+REDIS_OUTSIDE_STORES = {"shared/redisconn.py", "shared/transport.py"}
+
+
+def test_only_the_stores_talk_to_redis_in_shared():
+    """A newcomer can tell from the tree where a Redis key is written: ``shared/stores/``."""
+    for path in (ROOT / "shared").rglob("*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("shared/stores/") or rel in REDIS_OUTSIDE_STORES:
+            continue
+        bad = {n for n in _imports(path) if n.split(".")[0] == "redis"}
+        assert not bad, f"{rel} imports {bad}: move its Redis work into shared/stores/"
+
+
+def _module_of(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return "reactq." + ".".join(parts)
+
+
+def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The modules ``path`` imports when it runs (at import time or inside a function);
+    imports under ``if TYPE_CHECKING:`` are for the type checker only and left out.
+    ``from package import module`` names the module, not the package."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
+            names |= subs if len(subs) == len(node.names) else {node.module, *subs}
+    return names
+
+
+def _graph(folders: tuple[str, ...]) -> dict[str, set[str]]:
+    modules = {_module_of(p): p for f in folders for p in (ROOT / f).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps = {n for n in _runtime_imports(path, set(modules)) if n in modules and n != name}
+        graph[name] = deps
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circle_in_the_shells():
+    """Imports point down: no two modules of ``workers/`` or ``dispatcher/`` import each other,
+    directly or round a circle (the watchdog is handed its handlers; the runtime builds flow
+    control itself)."""
+    assert _cycles(_graph(("workers", "dispatcher"))) == []
+
+
+def test_the_cycle_check_sees_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+#: Where ``os.environ`` may be read: the settings, and the test-only fault points.
+ENV_MODULES = {"shared/settings.py", "workers/faults.py"}
+
+
+def test_only_the_settings_read_the_environment():
+    """Configuration is a setting (``shared/settings.py``), read at the edge and passed in."""
+    for folder in ("shared", "workers", "dispatcher"):
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel in ENV_MODULES:
+                continue
+            assert not _env_reads(path, set()), f"{rel} reads the environment: add a setting"
+
+
+def test_nothing_writes_the_environment():
+    for folder in ("shared", "workers", "dispatcher"):
+        for path in (ROOT / folder).rglob("*.py"):
+            text = path.read_text()
+            for spelled in ("os.environ[", "os.environ.setdefault", "os.environ.update", "os.putenv"):
+                lines = [ln for ln in text.splitlines() if spelled in ln and "=" in ln.split(spelled)[1][:80]
+                         and not ln.strip().startswith("#")]
+                assert not [ln for ln in lines if spelled != "os.environ[" or "] =" in ln], \
+                    f"{path.relative_to(ROOT)} writes the environment: {lines}"

@@ -87,7 +87,7 @@ class DagContext:
     def _apply(self, effect: M.Effect, dag_id: str) -> None:
         runs = self.rt.store
         if isinstance(effect, M.StartRun):
-            if not runs.r.exists(runs.keys.run(effect.run_id)):
+            if not runs.exists(effect.run_id):
                 runs.create(effect.run_id, effect.request)
             if self.store.cancel_requested(dag_id):
                 # A cancel that looked for this run before it existed found nothing to stop.

@@ -21,7 +21,6 @@ and must match ``[A-Za-z0-9_-]+`` without a double underscore.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from reactq.shared.errors import ConfigError
+from reactq.shared.settings import env_value
 
 __all__ = ["McpServerConfig", "load_mcp_config", "SEPARATOR"]
 
@@ -69,7 +69,7 @@ class McpServerConfig(BaseModel):
         """``headers`` plus ``headers_from_env`` read now; a missing variable is a ConfigError."""
         out = dict(self.headers)
         for header, var in self.headers_from_env.items():
-            value = os.environ.get(var)
+            value = env_value(var)
             if value is None:
                 raise ConfigError(
                     f"REACTQ_MCP server '{self.name}': header '{header}' needs the environment "

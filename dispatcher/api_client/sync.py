@@ -1,0 +1,248 @@
+"""``reactq.Client``: the HTTP API from Python, blocking (``AsyncClient`` is the same with
+``await``).
+
+    with reactq.Client("http://gateway:8000", api_key="rq_…") as client:
+        run = client.runs.create(query="what is 17*23?")
+        for event in client.runs.stream(run.run_id):   # resumes by Last-Event-ID on its own
+            print(event.event, event.data)
+        print(client.runs.get(run.run_id).answer)
+"""
+
+from __future__ import annotations
+
+import time
+import builtins
+from collections.abc import Iterator, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from reactq.dispatcher.api_client import _http, routes
+from reactq.dispatcher.api_client._core import Call, Resume, SSEDecoder, backoff
+from reactq.dispatcher.api_client.errors import APIError
+from reactq.dispatcher.api_client.models import (
+    ApiKey,
+    ApiKeyList,
+    Approval,
+    ApprovalList,
+    Batch,
+    BatchList,
+    Dag,
+    DagList,
+    Interrupt,
+    Run,
+    RunList,
+    Schedule,
+    ScheduleList,
+    StreamEvent,
+    Thread,
+)
+from reactq.dispatcher.api_client.routes import Body
+
+T = TypeVar("T")
+
+
+class Client:
+    """The gateway's HTTP API. ``timeout``: seconds for each request (an event stream waits
+    longer between events); ``max_retries``: retries of a call that is safe to repeat;
+    ``reconnect_s``: how long a stream keeps reconnecting after its connection broke."""
+
+    def __init__(self, base_url: str, api_key: str | None = None, *,
+                 timeout: float | httpx.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
+                 reconnect_s: float = 60.0, http_client: httpx.Client | None = None) -> None:
+        opts = _http.options(base_url, api_key, timeout)
+        self._http = http_client or httpx.Client(**opts)
+        self._stream_timeout = _http.stream_timeout(opts["timeout"])
+        self.max_retries = max_retries
+        self.reconnect_s = reconnect_s
+        self.runs = Runs(self)
+        self.dags = Dags(self)
+        self.batches = Batches(self)
+        self.threads = Threads(self)
+        self.approvals = Approvals(self)
+        self.schedules = Schedules(self)
+        self.keys = Keys(self)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def call(self, call: Call[T]) -> T:
+        """Send ``call``, retrying where safe; its parsed answer or an ``APIError``."""
+        attempt = 0
+        while True:
+            attempt += 1
+            cause: httpx.TransportError | None = None
+            try:
+                res = self._http.request(call.method, call.path, params=call.query(), json=call.json)
+                if not res.is_error:
+                    return _http.parse(call, res)
+                error: APIError = _http.error_of(res)
+            except httpx.TransportError as exc:
+                cause, error = exc, _http.transport_error(exc)
+            if attempt > self.max_retries or not _http.retryable(call, error, cause):
+                raise error
+            time.sleep(backoff(attempt, retry_after=error.retry_after))
+
+    def stream(self, path: str, last_event_id: str | None = None) -> Iterator[StreamEvent]:
+        """Events of ``path`` until ``done``, reconnecting with ``Last-Event-ID`` after a
+        broken connection (a gateway restart, a proxy's cut) for up to ``reconnect_s``."""
+        resume = Resume(last_event_id, self.reconnect_s)
+        decoder = SSEDecoder()
+        while True:
+            try:
+                with self._http.stream("GET", path, headers=resume.headers(), timeout=self._stream_timeout) as res:
+                    if res.is_error:
+                        res.read()
+                        raise _http.error_of(res)
+                    for event in decoder.events(res.iter_lines()):
+                        resume.got(event)
+                        yield event
+                        if event.event == "done":
+                            return
+                failure: Exception = _http.transport_error(httpx.RemoteProtocolError("the stream ended before done"))
+            except httpx.TransportError as exc:
+                failure = _http.transport_error(exc)
+            except APIError as exc:
+                if exc.status_code not in (502, 503, 504):
+                    raise
+                failure = exc
+            time.sleep(resume.wait_before_retry(time.monotonic(), decoder.retry_ms, failure))
+
+
+class _Resource:
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+
+class Runs(_Resource):
+    def create(self, request: Body = None, /, **fields: Any) -> Run:
+        """Submit a run (``RunRequest`` fields, or a ``RunRequest``); retried safely with an
+        idempotency key (one is made when none is given)."""
+        run = self._c.call(routes.create_run(request, fields))
+        return run if run.status is not None else self.get(run.run_id).model_copy(update=run.model_dump(
+            exclude_unset=True, exclude={"status"}))
+
+    def get(self, run_id: str) -> Run:
+        return self._c.call(routes.get_run(run_id))
+
+    def list(self, *, status: str | None = None, batch_id: str | None = None, thread_id: str | None = None,
+             limit: int | None = None, cursor: str | None = None, **filters: Any) -> RunList:
+        """Runs, newest first, a page at a time (``next_cursor`` for the next page)."""
+        return self._c.call(routes.list_runs(status, batch_id, thread_id, limit, cursor, filters))
+
+    def stream(self, run_id: str, last_event_id: str | None = None) -> Iterator[StreamEvent]:
+        """The run's events from the start (or after ``last_event_id``) until ``done``."""
+        return self._c.stream(routes.run_events_path(run_id), last_event_id)
+
+    def wait(self, run_id: str, *, timeout: float | None = None, poll: float = 0.05) -> Run:
+        """The run once it ended (``TimeoutError`` after ``timeout`` s): polled, the interval
+        growing from ``poll`` to 1 s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not (run := self.get(run_id)).done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still {run.status} after {timeout}s")
+            time.sleep(poll)
+            poll = min(1.0, poll * 1.5)
+        return run
+
+    def cancel(self, run_id: str) -> Run:
+        return self._c.call(routes.cancel_run(run_id))
+
+    def interrupt(self, run_id: str, content: str) -> Interrupt:
+        return self._c.call(routes.interrupt_run(run_id, content))
+
+    def approvals(self, run_id: str) -> builtins.list[Approval]:
+        return self._c.call(routes.run_approvals(run_id))
+
+
+class Dags(_Resource):
+    def create(self, request: Body = None, /, **fields: Any) -> Dag:
+        return self._c.call(routes.create_dag(request, fields))
+
+    def get(self, dag_id: str) -> Dag:
+        return self._c.call(routes.get_dag(dag_id))
+
+    def list(self, *, status: str | None = None, limit: int | None = None, cursor: str | None = None) -> DagList:
+        return self._c.call(routes.list_dags(status, limit, cursor))
+
+    def stream(self, dag_id: str, last_event_id: str | None = None) -> Iterator[StreamEvent]:
+        return self._c.stream(routes.dag_events_path(dag_id), last_event_id)
+
+    def cancel(self, dag_id: str) -> Dag:
+        return self._c.call(routes.cancel_dag(dag_id))
+
+    def interrupt(self, dag_id: str, content: str) -> Interrupt:
+        return self._c.call(routes.interrupt_dag(dag_id, content))
+
+
+class Batches(_Resource):
+    def create(self, requests: Sequence[Any], *, concurrency: int | None = None,
+               token_budget: int | None = None) -> Batch:
+        return self._c.call(routes.create_batch(requests, concurrency, token_budget))
+
+    def get(self, batch_id: str, *, results: bool = False) -> Batch:
+        return self._c.call(routes.get_batch(batch_id, results))
+
+    def list(self, *, status: str | None = None, limit: int | None = None,
+             cursor: str | None = None) -> BatchList:
+        return self._c.call(routes.list_batches(status, limit, cursor))
+
+    def cancel(self, batch_id: str) -> Batch:
+        return self._c.call(routes.cancel_batch(batch_id))
+
+
+class Threads(_Resource):
+    def get(self, thread_id: str) -> Thread:
+        return self._c.call(routes.get_thread(thread_id))
+
+
+class Approvals(_Resource):
+    def list(self, *, status: str | None = "pending", limit: int | None = None,
+             cursor: str | None = None) -> ApprovalList:
+        return self._c.call(routes.list_approvals(status, limit, cursor))
+
+    def decide(self, run_id: str, approval_id: str, decision: str, *, args_digest: str | None = None,
+               **fields: Any) -> Approval:
+        """``decision``: approve, reject, edit (``args=``) or respond (``message=``)."""
+        return self._c.call(routes.decide(run_id, approval_id, decision, args_digest, fields))
+
+
+class Schedules(_Resource):
+    def create(self, **fields: Any) -> Schedule:
+        return self._c.call(routes.create_schedule(fields))
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> ScheduleList:
+        return self._c.call(routes.list_schedules(limit, cursor))
+
+    def get(self, schedule_id: str, *, from_: str | None = None, count: int | None = None) -> Schedule:
+        return self._c.call(routes.get_schedule(schedule_id, from_, count))
+
+    def update(self, schedule_id: str, **fields: Any) -> Schedule:
+        return self._c.call(routes.update_schedule(schedule_id, fields))
+
+    def delete(self, schedule_id: str) -> None:
+        self._c.call(routes.delete_schedule(schedule_id))
+
+    def trigger(self, schedule_id: str) -> Run:
+        return self._c.call(routes.trigger_schedule(schedule_id))
+
+
+class Keys(_Resource):
+    def create(self, *, tenant: str, scopes: builtins.list[str], name: str | None = None) -> ApiKey:
+        return self._c.call(routes.create_key(tenant, scopes, name))
+
+    def list(self) -> ApiKeyList:
+        return self._c.call(routes.list_keys())
+
+    def revoke(self, key_id: str) -> None:
+        self._c.call(routes.revoke_key(key_id))
+
+
+__all__ = ["Client"]
