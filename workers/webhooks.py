@@ -39,7 +39,6 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.requests import WebhookSpec
 from reactq.shared.settings import Settings
 from reactq.shared.stores.webhooks import Delivery, WebhookStore
-from reactq.shared.stores.streams import text
 from reactq.shared.tools.netguard import Allowlist, FetchRefused, guarded_transport
 from reactq.shared.webhooks import (
     APPROVAL_TYPE, DONE_TYPES, body, due_member, judge, parse_webhook_id, retry_delay, run_data, webhook_id,
@@ -95,9 +94,10 @@ def enqueue_webhook(rt: Runtime, msg_type: str, data: dict[str, Any], *, webhook
     return wid
 
 
-def done_webhook(raw: Any) -> bool:
-    """Whether a stored request's webhook wants its ``done`` message."""
-    spec = spec_of(raw)
+def wants_done(rt: Runtime, kind: str, owner_id: str) -> bool:
+    """Whether the stored request of a run or DAG has a webhook that wants its ``done`` message."""
+    raw = store(rt).owner_fields(kind, owner_id, ("request",))["request"]
+    spec = spec_of(json.loads(raw).get("webhook")) if raw else None
     return spec is not None and spec.wants("done")
 
 
@@ -113,9 +113,7 @@ def _materialize(rt: Runtime, wid: str) -> Delivery | None:
     if parsed is None or parsed[0] not in ("run", "dag"):
         return None
     kind, owner_id = parsed
-    key = rt.keys.run(owner_id) if kind == "run" else rt.keys.dag(owner_id)
-    names = ("status", "request", "result", "updated_at", *_RUN_EXTRAS)
-    f = dict(zip(names, (None if v is None else text(v) for v in rt.redis.hmget(key, names)), strict=True))
+    f = store(rt).owner_fields(kind, owner_id, ("status", "request", "result", "updated_at", *_RUN_EXTRAS))
     if f["status"] not in TERMINAL_STATUSES or not f["request"]:
         return None
     request = json.loads(f["request"])

@@ -33,12 +33,9 @@ class Deliveries(BaseModel):
 
 
 def _list(gw: Gateway, kind: str, owner_id: str) -> Any:
-    keys = gw.keys
-    owner_key = {"run": keys.run, "dag": keys.dag, "batch": keys.batch}[kind](owner_id)
-    r = gw.dispatcher.redis
-    if not r.exists(owner_key):
+    store = WebhookStore(gw.dispatcher.redis, gw.keys, ttl_seconds=gw.settings.run_ttl_seconds)
+    if not store.owner_exists(kind, owner_id):
         return not_found(f"no {kind} with id {owner_id!r} (it may have expired)")
-    store = WebhookStore(r, keys, ttl_seconds=gw.settings.run_ttl_seconds)
     return Deliveries(deliveries=[DeliveryOut(**d) for d in store.list_for(kind, owner_id)])
 
 

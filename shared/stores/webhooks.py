@@ -124,6 +124,18 @@ class WebhookStore:
             pipe.zrem(self.keys.due, member)
         pipe.execute()
 
+    # -- the owners (runs, DAGs, batches) -------------------------------------------------
+    def _owner_key(self, kind: str, owner_id: str) -> str:
+        return {"run": self.keys.run, "dag": self.keys.dag, "batch": self.keys.batch}[kind](owner_id)
+
+    def owner_exists(self, kind: str, owner_id: str) -> bool:
+        return bool(self.r.exists(self._owner_key(kind, owner_id)))
+
+    def owner_fields(self, kind: str, owner_id: str, names: tuple[str, ...]) -> dict[str, str | None]:
+        """Fields of a run's, DAG's or batch's hash (None where unset): what a message is built from."""
+        values = self.r.hmget(self._owner_key(kind, owner_id), list(names))
+        return dict(zip(names, (None if v is None else text(v) for v in values), strict=True))
+
     def list_for(self, kind: str, owner_id: str) -> list[dict[str, Any]]:
         """The owner's deliveries, oldest first (``GET /v1/runs/{id}/webhooks``)."""
         wids = [text(w) for w in self.r.zrange(self.keys.owner_webhooks(kind, owner_id), 0, -1)]

@@ -6,7 +6,6 @@ these, and the lease around them, are in ``workers/dags/tasks.py``.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from functools import cached_property
@@ -68,7 +67,7 @@ class DagContext:
         request has a webhook arms its ``dag.done`` message before its terminal save (a crash
         in between leaves it armed; its delivery finds the DAG not over and waits for the
         save that ends it) and sends it after."""
-        hook = state.phase == "done" and self._wants_webhook(state.dag_id)
+        hook = state.phase == "done" and webhooks.wants_done(self.rt, "dag", state.dag_id)
         if hook:
             webhooks.store(self.rt).arm(webhook_id("dag", state.dag_id))
         if not self.store.commit(state, version, t.events):
@@ -79,10 +78,6 @@ class DagContext:
         if hook:
             webhooks.send_done("dag", state.dag_id, lambda task, args, queue: send(task, args, queue=queue))
         return True
-
-    def _wants_webhook(self, dag_id: str) -> bool:
-        raw = self.rt.redis.hget(self.rt.keys.dag(dag_id), "request")
-        return raw is not None and webhooks.done_webhook(json.loads(raw).get("webhook"))
 
     def _apply(self, effect: M.Effect, dag_id: str) -> None:
         runs = self.rt.store
