@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from reactq.dispatcher.local.demo import load_questions, run_batch
     from reactq.dispatcher.local.workers import ensure_workers, stop_workers
     from reactq.dispatcher.local.model import LocalModelServer, find_gguf, local_model_missing, write_registry
-    from reactq.shared.redisconn import redis_url
+    from reactq.shared.redisconn import ensure_embedded
     from reactq.shared.settings import Settings
 
     missing = local_model_missing()
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     # The sample questions use the demo tools (echo, add), as `make demo` registers them.
     os.environ.setdefault("REACTQ_DEMO_TOOLS", "true")
     data = Path(tempfile.mkdtemp(prefix="reactq-bench-local-"))
-    os.environ["REACTQ_REDIS_URL"] = redis_url(Settings(data_dir=data))
+    os.environ["REACTQ_REDIS_URL"] = ensure_embedded(data)
     questions = load_questions(None)
     figures: dict[str, Any] = {}
     servers: dict[str, LocalModelServer] = {}

@@ -197,10 +197,12 @@ class Dispatcher:
         return req
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
-               batch_id: str | None = None) -> RunHandle:
+               batch_id: str | None = None, schedule_id: str | None = None,
+               scheduled_for: str | None = None) -> RunHandle:
         """Validate, store and enqueue a run. An ``idempotency_key`` seen before returns the
         existing run and enqueues nothing. ``batch_id`` files the run under its HTTP batch
-        in the run index (``GET /v1/runs?batch_id=``)."""
+        in the run index (``GET /v1/runs?batch_id=``), ``schedule_id`` under its schedule
+        (with ``scheduled_for``, the tick, on a tick's run)."""
         req = self.validate(request)
         if req.thread_id is not None:
             from reactq.dispatcher.threads import submit_on_thread
@@ -212,7 +214,8 @@ class Dispatcher:
         if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
             run_id = uuid.uuid4().hex if req.idempotency_key is None else idempotent_id(req.idempotency_key)
         rid, created = self.store.create(run_id, req.model_dump(mode="json"),
-                                         idempotency_key=req.idempotency_key, batch_id=batch_id)
+                                         idempotency_key=req.idempotency_key, batch_id=batch_id,
+                                         schedule_id=schedule_id, scheduled_for=scheduled_for)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)

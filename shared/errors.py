@@ -11,6 +11,7 @@
     │   └── StreamIncomplete   a stream ended without its terminating chunk
     ├── RateLimited            flow control: the model has no capacity now; retry after ``wait_s``
     ├── RunNotFound            no run (or DAG) with that id
+    │   └── ScheduleNotFound   no schedule with that id
     ├── StateConflict          stored state cannot take this step (moved past it, or another version)
     ├── UsageError             a command line that cannot work (exit 2), naming the option
     ├── NoWorker               (also a TimeoutError) a run waited for a worker and none took it
@@ -46,7 +47,7 @@ class TooManyRequests(RequestError):
 
 
 class StructuredOutputError(ReactqError, ValueError):
-    """All structured extraction levels failed (SPEC S27)."""
+    """All structured extraction levels failed."""
 
 
 class ToolNotFound(ReactqError):
@@ -82,6 +83,10 @@ class RateLimited(ReactqError):
 
 class RunNotFound(ReactqError):
     """No run or DAG with that id exists (or it expired)."""
+
+
+class ScheduleNotFound(RunNotFound):
+    """No schedule with that id (HTTP 404, like an unknown run)."""
 
 
 class StateConflict(ReactqError):

@@ -1,9 +1,10 @@
-"""The run event protocol (DESIGN.md "Events"; seed "SSE Event Protocol").
+"""The run event protocol.
 
 An event is a channel name plus a JSON payload that always carries an integer ``seq``
 (1, 2, 3 … per run). The same value is the Redis stream entry (``event`` = channel,
 ``data`` = JSON) and the SSE frame (``event:`` = channel). Payload fields listed in
-DESIGN.md may be extended, never renamed.
+``CHANNEL_DOCS`` may be extended, never renamed; the events reference of the docs is
+generated from it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,60 @@ from typing import Any, Literal, Protocol
 Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done"]
 CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done")
 TERMINAL_CHANNEL = "done"
+
+
+@dataclass(frozen=True)
+class ChannelDoc:
+    """What one channel's events say: a sentence, and each payload field's meaning."""
+
+    summary: str
+    fields: dict[str, str]
+
+
+#: Every channel of a run's stream, documented (a test keeps it in step with ``CHANNELS``).
+CHANNEL_DOCS: dict[str, ChannelDoc] = {
+    "step": ChannelDoc("The loop's progress: a turn of thinking, a tool call, the start of the answer.", {
+        "type": "`thinking` (an LLM turn), `iteration` (one tool call) or `answer` (synthesis begins)",
+        "status": "`start` or `done`",
+        "iteration": "the LLM turn this belongs to (1, 2, …)",
+        "reasoning": "`thinking done`: the model's reasoning for this turn; `iteration start`: the same, on the turn's first call",
+        "tool_name, tool_args, tool_call_id": "`iteration`: which tool is called with what, and the call's id",
+        "observation, error, content_type": "`iteration done`: what the tool returned (cut to `REACTQ_TOOL_OBS_TRUNCATION`), or its error",
+        "iter_elapsed": "`iteration done`: seconds the call took",
+    }),
+    "answer": ChannelDoc("The final answer, streamed.", {
+        "status": "`start`, then `delta` events, then `done`",
+        "content": "`delta`: the next piece of the answer's text",
+    }),
+    "compact": ChannelDoc("The conversation was compacted to fit the model's context.", {
+        "original_messages": "messages before compaction",
+        "kept_messages": "messages after it",
+    }),
+    "phase": ChannelDoc("A phase the run entered that is not an LLM turn.", {
+        "phase": "`selecting_tools` (picking tools from a large catalog) or `rate_limited` (waiting for capacity)",
+        "total_tools": "`selecting_tools`: the tools to choose from",
+        "model, wait_s": "`rate_limited`: the model whose limit was reached, and the expected wait",
+    }),
+    "inject": ChannelDoc("A follow-up message (an interrupt) was taken into the conversation.", {
+        "type": "`inject`",
+        "content": "the message",
+        "id": "the interrupt's id",
+    }),
+    "error": ChannelDoc("Something went wrong; the run may still end with an answer.", {
+        "kind": "`budget`, `synthesis_fallback`, `tool_uncertain`, `tool_crashed`, `task_crashed`, "
+                "`cancelled`, `interrupted`, `internal`, …",
+        "message": "what happened, for a person",
+    }),
+    "done": ChannelDoc("The run ended: always the last event.", {
+        "status": "`succeeded`, `failed` or `cancelled`",
+        "answer": "the final answer's text",
+        "iterations": "LLM turns taken",
+        "usage": "tokens used (`prompt_tokens`, `completion_tokens`, `total_tokens`)",
+        "elapsed": "seconds from start to end",
+        "run_id": "the run's id",
+        "pending_injections": "follow-ups that arrived too late to be read (only when there are some)",
+    }),
+}
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from reactq.shared.requests import RunRequest
 
 
 class InterruptQueue:
-    """Follow-up messages for one run (S53): ids of 12 hex chars, FIFO, recallable."""
+    """Follow-up messages for one run: ids of 12 hex chars, FIFO, recallable."""
 
     def __init__(self) -> None:
         self._items: list[Interrupt] = []
@@ -61,7 +61,7 @@ class _IO:
 
 
 def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = None) -> RunState:
-    """A fresh run for ``request`` (mode resolved from the model's abilities, S2)."""
+    """A fresh run for ``request`` (mode resolved from the model's abilities)."""
     native = request.mode != "json" and ability(deps.llm, "tool_call")
     available = request.tools if request.tools is not None else deps.registry.names()
     state = loop.new_run(
@@ -77,7 +77,7 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
 
 
 async def take_step(state: RunState, deps: EngineDeps, io: steps.StepIO) -> Advance:
-    """Carry out what the state needs next; an error ends the run as ``failed`` (S64)."""
+    """Carry out what the state needs next; an error ends the run as ``failed``."""
     nxt = next_step(state)
     step: Coroutine[Any, Any, Advance]
     match nxt:

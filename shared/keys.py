@@ -18,7 +18,7 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
 | ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
-| ``runs:batch:{id}``, ``runs:thread:{id}`` | zset | create script    | refreshed at each create    |
+| ``runs:batch:{id}``, ``runs:thread:{id}``, ``runs:schedule:{id}`` | zset | create | refreshed at each create |
 |   the run index behind ``GET /v1/runs`` (``shared/stores/runs_index.py``); members whose run hash
 |   expired are dropped by the listing that meets them
 | ``lease:{lease-N}:leases``        | zset   | workers               | none (member → expiry ms)   |
@@ -34,6 +34,9 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
+| ``dags``, ``batches``             | zset   | dispatcher, gateway   | none (ids by created_at)    |
+|   the indexes behind ``GET /v1/dags`` and ``GET /v1/batches`` (``shared/stores/listing.py``),
+|   written before the object; members whose hash expired are dropped by the listing
 | ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
 | ``webhook:{webhook_id}``          | hash   | workers (deliveries)  | ``run_ttl`` once final      |
 |   fields: webhook_id, type, url, owner_kind, owner_id, body, status, attempts,
@@ -47,6 +50,12 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``thread:{tid}:queue``            | list   | dispatcher, workers   | with the thread (enqueued run ids, FIFO) |
 | ``thread:{tid}:history``          | list   | workers (release)     | with the thread (JSON {run_id, messages}) |
 | ``flow:{model}``                  | hash   | limiter (Lua)         | none (rtat, ttat, pause, …) |
+| ``schedule:{id}``                 | hash   | dispatcher, scheduler | none (until deleted)        |
+|   fields: spec (JSON), next_tick (epoch s; empty while paused), last_fired_at, last_run_id,
+|   skipped, fired, last_error, created_at, updated_at (``shared/stores/schedules.py``)
+| ``schedules``                     | zset   | dispatcher            | none (schedule id → created_at) |
+| ``schedules:due``                 | zset   | dispatcher, scheduler | none (schedule id → next tick); a hint, the hash decides |
+| ``redbeat:*``                     | various| the scheduler (celery-redbeat) | its lock: ``redbeat::lock`` |
 | ``flow:{model}:inflight``         | zset   | limiter               | none (call id → lease end)  |
 | ``flow:{model}:line:{priority}``  | zset   | limiter               | none (waiter → arrival ms)  |
 | ``flow:{model}:window``           | zset   | limiter               | 120 s (settled calls, 60 s) |
@@ -128,6 +137,26 @@ class Keys:
     def runs_thread(self, thread_id: str) -> str:
         return f"{self.prefix}runs:thread:{thread_id}"
 
+    def runs_schedule(self, schedule_id: str) -> str:
+        return f"{self.prefix}runs:schedule:{schedule_id}"
+
+    # -- schedules ----------------------------------------------------------------------
+    def schedule(self, schedule_id: str) -> str:
+        return f"{self.prefix}schedule:{{{schedule_id}}}"
+
+    @property
+    def schedules(self) -> str:
+        return f"{self.prefix}schedules"
+
+    @property
+    def schedules_due(self) -> str:
+        return f"{self.prefix}schedules:due"
+
+    @property
+    def redbeat_prefix(self) -> str:
+        """celery-redbeat's keys (its lock, its own schedule) start with this."""
+        return f"{self.prefix}redbeat:"
+
     @property
     def catalog(self) -> str:
         return f"{self.prefix}catalog"
@@ -186,6 +215,16 @@ class Keys:
 
     def batch(self, batch_id: str) -> str:
         return f"{self.prefix}batch:{{{batch_id}}}"
+
+    @property
+    def dags_index(self) -> str:
+        """DAG ids by created_at (``GET /v1/dags``)."""
+        return f"{self.prefix}dags"
+
+    @property
+    def batches_index(self) -> str:
+        """HTTP batch ids by created_at (``GET /v1/batches``)."""
+        return f"{self.prefix}batches"
 
     def batch_driver(self, batch_id: str) -> str:
         return f"{self.batch(batch_id)}:driver"

@@ -1,6 +1,6 @@
 """Wire-level data model shared by the engine, the LLM client and both shells.
 
-Field names follow SPEC.md §0.1; they are part of the contract. Everything here is a
+Field names are part of the public contract. Everything here is a
 pydantic model that round-trips through JSON, because run state lives in Redis between
 Celery steps.
 """

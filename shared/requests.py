@@ -1,4 +1,4 @@
-"""Requests accepted at the door: ``RunRequest`` and ``DagRequest`` (DESIGN.md "Public contract").
+"""Requests accepted at the door: ``RunRequest`` and ``DagRequest``.
 
 Validation happens here, before anything is enqueued; errors name the field and the limit.
 Checks that need the registries (unknown model or tool names) are in ``check_run_request``.
@@ -51,21 +51,32 @@ class WebhookSpec(BaseModel):
 class RunRequest(BaseModel):
     """One agent run."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, json_schema_extra={"examples": [
+        {"query": "what is 17*23?"},
+        {"query": "summarise the open issues", "tools": ["http_fetch"], "max_iterations": 10,
+         "thread_id": "support-42", "metadata": {"org": "acme"}}]})
 
     query: str = Field(..., min_length=1, max_length=100_000)
+    """What the agent is asked (not only whitespace)."""
     model: str | None = None
+    """A model of the registry (``GET /v1/models``); None: the default."""
     tools: list[str] | None = None
+    """The tools the run may use (``GET /v1/tools``); None: all of them."""
     mode: Mode = "auto"
+    """Tool calling: ``native`` function calls, ``json`` replies, or ``auto`` (what the model supports)."""
     # Strict: ``true`` or ``"5"`` is a client's mistake, not an iteration count.
     max_iterations: StrictInt | None = Field(None, ge=1, le=200)
     """None: ``REACTQ_MAX_ITERATIONS`` (50)."""
     completion_check: StrictBool = True
+    """Ask the model, before it answers after several tool calls, whether the task is done."""
     system_prompt: str | None = Field(None, max_length=100_000)
+    """Replaces the default system prompt."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form; hooks see it as ``ctx.metadata``."""
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    """A retry with the same key answers the first run (``created: false``) instead of a new one."""
     thread_id: str | None = Field(None, min_length=1, max_length=200, pattern=THREAD_ID_PATTERN)
-    """Runs with one thread id share a conversation (DESIGN "Threads and double texting")."""
+    """Runs with one thread id share a conversation."""
     multitask_strategy: MultitaskStrategy = "inject"
     """What this run does while another run of its thread is active."""
     priority: Priority = "interactive"
@@ -84,28 +95,45 @@ class RunRequest(BaseModel):
 
 
 class PlanStepIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """One step of a plan given with a DAG."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     id: str = Field(..., min_length=1, max_length=100)
+    """The step's id, named by other steps' ``dependencies``."""
     task: str = Field(..., min_length=1, max_length=20_000)
+    """What the step's child run is asked."""
     dependencies: list[str] = Field(default_factory=list)
+    """Steps whose results this one needs (no cycles)."""
     tool_hint: str | None = None
+    """A tool the step will likely need."""
     model_hint: ModelHint | None = None
+    """``fast`` or ``reasoning``: the registry role of the step's model."""
 
 
 class DagRequest(BaseModel):
     """A goal, optionally with a user-supplied plan."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, json_schema_extra={"examples": [
+        {"goal": "compare the populations of France and Spain"},
+        {"goal": "g", "steps": [{"id": "a", "task": "find x"}, {"id": "b", "task": "use x", "dependencies": ["a"]}]}]})
 
     goal: str = Field(..., min_length=1, max_length=100_000)
+    """What the DAG is to achieve."""
     steps: list[PlanStepIn] | None = Field(None, max_length=100)
+    """A plan; None: the planner plans."""
     model: str | None = None
+    """The planner's, analyzer's and synthesis' model; None: the default."""
     tools: list[str] | None = None
+    """The tools the steps may use; None: all of them."""
     max_concurrency: StrictInt = Field(5, ge=1, le=50)
+    """Steps running at once at most."""
     max_rounds: StrictInt = Field(3, ge=1, le=5)
+    """Plan–execute–analyze rounds at most."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form; passed to the steps' runs."""
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
+    """A retry with the same key answers the first DAG instead of a new one."""
     webhook: WebhookSpec | None = None
     """POST a signed ``dag.done`` message to this URL when the DAG ends."""
 

@@ -17,13 +17,25 @@
 
 from __future__ import annotations
 
-from celery import Celery
+from celery import Celery, signals
 
+from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
 from reactq.workers import kombufix
 from reactq.shared.wire import celery_config
 
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 
-app = Celery("reactq", include=["reactq.workers.runs.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel"])
-app.conf.update(celery_config(Settings()))
+app = Celery("reactq", include=["reactq.workers.runs.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel",
+                                  "reactq.workers.alive"])
+_settings = Settings()
+if _settings.redis_url or _settings.broker_url:
+    app.conf.update(celery_config(_settings))
+else:
+    # Importing the app starts nothing; a worker started with nothing configured says what to set
+    # (``reactq worker`` starts the embedded Valkey first and exports its URL).
+    def _unconfigured(**_: object) -> None:
+        raise ConfigError("REACTQ_REDIS_URL is not set: point it at the Redis the gateway uses, "
+                          "or start the worker with `reactq worker`, which starts an embedded Valkey")
+
+    signals.celeryd_init.connect(_unconfigured, weak=False)

@@ -156,13 +156,18 @@ def all_cases(run: str, dag: str) -> list[Case]:
 
 
 def names_field(res: httpx.Response, fld: str) -> bool:
+    """The error (``{"error": {code, message, field?, details?}}``) names ``fld``: as its
+    field, a detail's field or location, or in a message."""
     try:
-        detail = res.json().get("detail")
+        err = res.json().get("error")
     except (ValueError, AttributeError):
         return False
-    if isinstance(detail, list):
-        return any(fld in [str(x) for x in d.get("loc", ())] or fld in str(d.get("msg", "")) for d in detail)
-    return fld in str(detail)
+    if not isinstance(err, dict):
+        return False
+    named = [err.get("field"), err.get("message")]
+    for d in err.get("details") or []:
+        named += [d.get("field"), d.get("location"), d.get("message")]
+    return any(fld == str(n) or fld in str(n).split(".") or fld in str(n or "") for n in named if n)
 
 
 def check(case: Case, res: httpx.Response) -> str | None:

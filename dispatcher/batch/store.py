@@ -17,6 +17,7 @@ from reactq.dispatcher.batch.driver import BatchDriver
 from reactq.dispatcher.batch.items import BatchItem, Tally
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
+from reactq.shared.stores.listing import batch_index
 from reactq.shared.stores.webhooks import Delivery, WebhookStore
 from reactq.shared.webhooks import body, webhook_id
 from reactq.shared.wire import WEBHOOK, WEBHOOKS_QUEUE
@@ -42,6 +43,7 @@ class BatchStore:
                webhook: dict[str, Any] | None = None) -> str:
         batch_id = uuid.uuid4().hex
         now = f"{time.time():.6f}"
+        batch_index(self.r, self.keys, self.ttl).add(batch_id, float(now))  # before the batch
         self.r.hset(self.keys.batch(batch_id), mapping={
             "status": "running", "total": len(items), "concurrency": concurrency, "running": 0,
             "created_at": now, "updated_at": now,

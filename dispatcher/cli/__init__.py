@@ -7,7 +7,8 @@
                    BATCH_ID`` (an HTTP batch, driven by a gateway)
 ``dags``           ``dag PLAN.json | --goal TEXT``; ``dag_ids``: ``dag status|watch|cancel``
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
-``ops``            ``serve``, ``worker``, ``down``, ``models``, ``tools``
+``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
+``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
 =================  ===========================================================
@@ -37,7 +38,7 @@ from typing import Any
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import batches, listing, ops, runs, threads
+from reactq.dispatcher.cli import batches, listing, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -107,11 +108,13 @@ for name in VERBS:
     app.command(name, context_settings=_PASS_THROUGH, add_help_option=False)(verb_command(name))
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
+app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
 for ops_command in (ops.down, ops.models, ops.tools):
     app.command()(ops_command)
 app.command("thread")(threads.thread)
 # The older name of 'reactq batch cancel BATCH_ID', kept working (not listed).
 app.command("batch-cancel", hidden=True)(batches.batch_cancel)
+app.add_typer(schedules.app, name="schedules")
 
 
 def main() -> None:

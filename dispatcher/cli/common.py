@@ -87,10 +87,21 @@ def with_model(s: Settings) -> Settings:
         fail(f"the local model did not start: {exc}", EXIT_FAILED)
 
 
+def local(s: Settings) -> Settings:
+    """``s`` with a Redis: the configured one, else the embedded Valkey (started on first use,
+    under ``REACTQ_DATA_DIR``): the command line's local convenience."""
+    from reactq.shared.redisconn import with_embedded
+
+    try:
+        return with_embedded(s)
+    except RuntimeError as exc:
+        fail(f"the embedded Valkey did not start: {exc}", EXIT_FAILED)
+
+
 def dispatcher(s: Settings | None = None) -> Dispatcher:
     from reactq.dispatcher.client import Dispatcher
 
-    return Dispatcher(s or settings())
+    return Dispatcher(local(s or settings()))
 
 
 def handle_for(run_id: str) -> RunHandle:
@@ -117,6 +128,6 @@ def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
     from reactq.dispatcher.local.workers import ensure_local_workers as ensure
 
     try:
-        ensure(s, d.celery, err)
+        ensure(d.settings, d.celery, err)  # the dispatcher's: with the embedded server's URL
     except LocalServiceError as exc:
         fail(str(exc), EXIT_FAILED)

@@ -148,9 +148,10 @@ def dag(
     try:
         request = load_request(plan, goal, model=model, tools=tools,
                                max_concurrency=max_concurrency, max_rounds=max_rounds)
-        settings = Settings()
+        from reactq.dispatcher.cli.common import local
         from reactq.dispatcher.dag import DagDispatcher
 
+        settings = local(Settings())
         dags = DagDispatcher(settings)
         dags.validate(request)
     except (UsageError, RequestError, ConfigError) as exc:

@@ -20,6 +20,7 @@ def runs(
                                          help="only runs in this status (queued, running, succeeded, …)"),
     batch: Optional[str] = typer.Option(None, "--batch", help="only the runs of this HTTP batch (its batch_id)"),
     thread: Optional[str] = typer.Option(None, "--thread", help="only the runs of this thread (its thread_id)"),
+    schedule: Optional[str] = typer.Option(None, "--schedule", help="only the runs this schedule started (its schedule_id)"),
     limit: int = typer.Option(20, "--limit", "-n", min=1, max=500, help="runs on the page (1-500)"),
     cursor: Optional[str] = typer.Option(None, "--cursor", help="the next page: the cursor a previous page gave"),
     as_json: bool = typer.Option(False, "--json", help="print the page as JSON: {runs, next_cursor}"),
@@ -31,12 +32,12 @@ def runs(
 
     if status is not None and status not in RUN_STATUSES:
         fail(f"--status {status!r}: one of {', '.join(RUN_STATUSES)}")
-    for value, what in ((batch, "--batch"), (thread, "--thread")):
+    for value, what in ((batch, "--batch"), (thread, "--thread"), (schedule, "--schedule")):
         if value is not None:
             check_id(value, what)
     d = dispatcher()
     try:
-        page = RunsIndex(d.redis, d.keys).page(RunFilter(status, batch, thread), limit=limit, cursor=cursor)
+        page = RunsIndex(d.redis, d.keys).page(RunFilter(status, batch, thread, schedule), limit=limit, cursor=cursor)
     except RequestError as exc:
         fail(f"--{exc.field or 'cursor'}: {exc}")
     if as_json:

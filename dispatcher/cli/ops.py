@@ -1,10 +1,11 @@
-"""``reactq serve | worker | down`` (the processes) and ``reactq models | tools`` (the
+"""``reactq serve | worker | scheduler | down`` (the processes) and ``reactq models | tools`` (the
 catalogs: the model registry with each model's limits and use, the tools runs can use)."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, out, settings, with_model
+from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, local, out, settings, with_model
 from reactq.shared.settings import child_env
 from reactq.shared.errors import ConfigError
 
@@ -27,14 +28,11 @@ def serve(
     """The HTTP + SSE gateway (uvicorn)."""
     import uvicorn
 
-    s = with_model(settings())
+    # Nothing configured: the embedded server, resolved once here (and exported), so the app
+    # and its threads share it.
+    s = local(with_model(settings()))
     if start_workers:
         ensure_local_workers(s, dispatcher(s))
-    if not s.redis_url:
-        # Resolve the embedded server once, here, so the app and its threads share it.
-        from reactq.shared.redisconn import redis_url
-
-        s = s.model_copy(update={"redis_url": redis_url(s)})
     from reactq.dispatcher.http import create_app
     from reactq.dispatcher.local.viewer import viewer_url
 
@@ -52,14 +50,33 @@ def worker(
     """A Celery worker with reactq's queues ('celery -A reactq.workers.app worker'; extra args pass through)."""
     # Threads by default: a step mostly waits on the LLM or a tool, not on the CPU.
     from reactq.dispatcher.local.workers import worker_command
-    from reactq.shared.redisconn import redis_url
 
-    s = with_model(settings())
+    s = local(with_model(settings()))  # the embedded server when nothing is configured
     # The local model's registry when it was chosen; the embedded server's URL when none is set.
-    env = child_env(s, REACTQ_REDIS_URL=redis_url(s))
+    env = child_env(s, REACTQ_REDIS_URL=str(s.redis_url))
     cmd = worker_command(queues=queues, pool=pool, concurrency=concurrency, name=name) + list(ctx.args)
     # exec: signals (Ctrl-C, SIGTERM from a supervisor) reach Celery directly.
     os.execve(cmd[0], cmd, env)
+
+
+def scheduler(
+    ctx: typer.Context,
+    log_level: str = typer.Option("INFO", "--loglevel", "-l", help="log level (DEBUG, INFO, WARNING, …)"),
+) -> None:
+    """The scheduler that fires schedules' ticks (Celery beat + celery-redbeat's lock).
+
+    Run two or more for fail-over: one holds the lock, the others stand by. Extra arguments
+    go to 'celery beat'."""
+    s = local(settings())  # the embedded server when nothing is configured
+    env = child_env(s, REACTQ_REDIS_URL=str(s.redis_url))
+    cmd = scheduler_command(log_level) + list(ctx.args)
+    os.execve(cmd[0], cmd, env)  # signals reach Celery directly
+
+
+def scheduler_command(log_level: str = "INFO") -> list[str]:
+    """The ``celery beat`` command line of ``reactq scheduler``."""
+    return [sys.executable, "-m", "celery", "-A", "reactq.workers.scheduler.app", "beat",
+            "-S", "reactq.workers.scheduler.beat:ScheduleBeat", "-l", log_level]
 
 
 def down() -> None:

@@ -9,7 +9,7 @@ Rooms: ``app`` (create_app), ``gateway`` (what routes share + the one dependency
 ``sse`` (the one SSE generator), ``hub`` (the stream readers its watchers share), ``pacing``
 (admission a few requests per loop turn), ``runs``, ``dags``, ``batches``, ``ops`` (routers).
 
-Routes (DESIGN.md "HTTP gateway"): ``POST /v1/runs`` · ``GET /v1/runs/{id}`` ·
+Routes: ``POST /v1/runs`` · ``GET /v1/runs/{id}`` ·
 ``GET /v1/runs/{id}/events`` (SSE, ``Last-Event-ID``) · ``POST /v1/runs/{id}/interrupts`` ·
 ``POST /v1/runs/{id}/cancel`` · ``POST /v1/batches`` · ``GET /v1/batches/{id}`` · the same
 for ``/v1/dags`` · ``GET /healthz`` · ``GET /readyz`` · ``GET /metrics`` · ``GET /openapi.json``.

@@ -7,6 +7,7 @@ each takes the one dependency ``GatewayDep``. A new router is included with one 
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -20,11 +21,12 @@ from reactq.dispatcher.http import flow as flow_http
 from reactq.dispatcher.http import runs_index as runs_index_http
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http import ui as ui_http
-from reactq.dispatcher.http import batches, dags, errors, ops, runs, webhooks
+from reactq.dispatcher.http import batches, dags, errors, openapi, ops, runs, schedules, webhooks
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
 from reactq.shared.errors import ConfigError
+from reactq.shared.redisconn import check_cluster_mode
 from reactq.shared.settings import Settings
 
 log = logging.getLogger("reactq.http")
@@ -32,7 +34,15 @@ log = logging.getLogger("reactq.http")
 
 ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
-                            flow_http.router, webhooks.router]
+                            flow_http.router, schedules.router, webhooks.router]
+
+
+DESCRIPTION = (
+    "ReAct agents as durable distributed jobs: runs, their server-sent event streams, DAGs, batches, threads.\n\n"
+    "Every 4xx and 5xx answer is `{\"error\": {\"code\", \"message\", \"field\"?, \"details\"?}}` with a code "
+    "from a closed list; 429 and 503 carry `Retry-After`. Acting on a run, DAG or batch that has ended "
+    "(cancel, interrupt) is a 409 `conflict`. With `REACTQ_API_TOKEN` set, every route but `/healthz` and "
+    "`/readyz` needs `Authorization: Bearer <token>` (use *Authorize* here).")
 
 
 #: The collector's thresholds in the gateway: young generations as Python's defaults, a full
@@ -56,6 +66,15 @@ def _freeze_startup_objects() -> None:
         gc.set_threshold(*GC_THRESHOLDS)
 
 
+async def _refuse_a_cluster_node(gw: Gateway) -> None:
+    """A Redis Cluster node without ``REACTQ_REDIS_CLUSTER=true``: the gateway does not start
+    (``ConfigError`` naming the setting) instead of answering 500s on ``MOVED``."""
+    try:
+        await asyncio.to_thread(check_cluster_mode, gw.dispatcher.redis, gw.settings)
+    except (redis.RedisError, OSError):
+        pass  # Redis down: the gateway starts and /readyz says so
+
+
 def create_app(settings: Settings | None = None, *, keepalive: float | None = None) -> FastAPI:
     """The gateway app. ``keepalive`` defaults to ``REACTQ_SSE_KEEPALIVE`` (15 s)."""
     settings = settings or Settings()
@@ -65,6 +84,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await _refuse_a_cluster_node(gw)
         try:
             await gw.resume_batches()
         except (redis.RedisError, redis.exceptions.RedisClusterException, OSError, ConfigError) as exc:
@@ -74,10 +94,12 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
         yield
         await gw.close()
 
-    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan,
-                  description="ReAct agents as durable distributed jobs: runs, their SSE event streams, batches.")
+    # redirect_slashes off: ``/v1/runs/`` is a 404 in the one error shape, not a redirect.
+    app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan, description=DESCRIPTION, redirect_slashes=False,
+                  responses=errors.responses(*errors.COMMON_ERRORS))
     app.state.gateway = gw
     errors.install(app)
+    openapi.install(app)
     for router in ROUTERS:
         app.include_router(router)
     # Added innermost first: auth refuses before a large body is read at all, and only a

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -16,29 +16,38 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from reactq.dispatcher.batch.items import mark_duplicates, parse_obj, parse_text
-from reactq.dispatcher.http.errors import field_error, not_found
-from reactq.dispatcher.http.gateway import GatewayDep, IdPath
+from reactq.dispatcher.http.errors import field_error, not_found, responses
+from reactq.dispatcher.http.gateway import CursorQuery, GatewayDep, IdPath, LimitQuery
+from reactq.dispatcher.http.middleware import LINE_TYPES
 from reactq.shared.errors import RequestError
 from reactq.shared.inputs import decode_utf8
-from reactq.dispatcher.webhooks import check_webhook
+from reactq.shared.api.dags import BatchCreated, BatchPage, BatchStatus, BatchStatusName
 from reactq.shared.requests import RunRequest, WebhookSpec
+from reactq.shared.stores.listing import batch_index, batch_row
+from reactq.dispatcher.webhooks import check_webhook
 
 router = APIRouter(tags=["batches"])
 
-JSONL_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
+JSONL_TYPES = LINE_TYPES
 
 
 class BatchIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Many runs at once (JSON); the same as a JSONL body of one ``RunRequest`` per line."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     requests: list[Any] = Field(..., min_length=1, max_length=100_000)
+    """One ``RunRequest`` each (a bad one becomes an ``invalid`` result; the others run)."""
     concurrency: StrictInt = Field(8, ge=1, le=1000)
+    """Runs in flight at most."""
     token_budget: StrictInt | None = Field(None, ge=1)
+    """The batch's cap on tokens: lines not started once it is reached end ``skipped``."""
     webhook: WebhookSpec | None = None
     """POST a signed ``batch.done`` message here when the batch ends."""
 
 
-@router.post("/v1/batches", status_code=202, openapi_extra={"requestBody": {
+@router.post("/v1/batches", status_code=202, response_model=BatchCreated,
+             responses=responses(413, 415), openapi_extra={"requestBody": {
     "required": True, "content": {
         "application/json": {"schema": BatchIn.model_json_schema()},
         "application/x-ndjson": {"schema": {"type": "string", "description": "one RunRequest per line"}},
@@ -70,7 +79,16 @@ async def create_batch(request: Request, gw: GatewayDep, concurrency: int = Quer
             "invalid": [{"line": it.line, "id": it.id, "error": it.error} for it in items if it.error]}
 
 
-@router.get("/v1/batches/{batch_id}")
+@router.get("/v1/batches", response_model=BatchPage)
+async def list_batches(gw: GatewayDep, status: Annotated[BatchStatusName | None, Query()] = None,
+                       limit: LimitQuery = 50, cursor: CursorQuery = None) -> Any:
+    """HTTP batches, newest first, filtered by status, a page at a time (cursors as for runs)."""
+    index = batch_index(gw.dispatcher.redis, gw.keys, gw.settings.run_ttl_seconds)
+    page = await asyncio.to_thread(index.page, status=status, limit=limit, cursor=cursor)
+    return BatchPage(batches=[batch_row(r) for r in page["rows"]], next_cursor=page["next_cursor"])
+
+
+@router.get("/v1/batches/{batch_id}", response_model=BatchStatus, responses=responses(404))
 def get_batch(batch_id: IdPath, gw: GatewayDep,
               results: bool = Query(False, description="include the result lines")) -> Any:
     """Progress: done / succeeded / failed / invalid / running / queued, tokens."""

@@ -8,6 +8,9 @@ to start wins), so the gateway never imports tool code nor connects to MCP serve
 * ``GET /v1/models`` → ``{"models": [{name, model, base_url, roles, abilities, …}],
   "published": bool}``.
 
+``GET /v1/models?use=true`` adds each model's current use under flow control (``use``: last
+60 s, in flight, waiting, paused), the figures ``GET /v1/flow/models`` (deprecated) shows.
+
 ``published`` is false (and the lists empty) before any worker has started. Nothing secret is
 in the catalog: model entries name the environment variable of their key
 (``api_key_env``), never the key, and a ``base_url`` is shown without user info or query.
@@ -21,8 +24,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
+from reactq.shared.api.ops import ModelCatalog, ToolCatalog
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import redis_url
 from reactq.shared.settings import Settings
@@ -45,16 +49,25 @@ async def _catalog(request: Request, field: str) -> tuple[list[dict[str, Any]], 
     return list(json.loads(raw)), True
 
 
-@router.get("/v1/tools")
-async def list_tools(request: Request) -> dict[str, Any]:
+@router.get("/v1/tools", response_model=ToolCatalog)
+async def list_tools(request: Request) -> Any:
+    """The tools the workers published (name, description, JSON Schema of the arguments)."""
     tools, published = await _catalog(request, "tools")
     return {"tools": tools, "published": published}
 
 
-@router.get("/v1/models")
-async def list_models(request: Request) -> dict[str, Any]:
+@router.get("/v1/models", response_model=ModelCatalog)
+async def list_models(request: Request, use: bool = Query(False, description="add each model's current use")) -> Any:
+    """The model registry the workers published (no secrets), with ``?use=true`` each
+    model's current use under flow control."""
     models, published = await _catalog(request, "models")
-    return {"models": [_public_model(m) for m in models], "published": published}
+    out = [_public_model(m) for m in models]
+    if use and out:
+        from reactq.dispatcher.http.flow import usage_by_name
+
+        figures = await usage_by_name(request, [m["name"] for m in out])
+        out = [{**m, "use": figures.get(m["name"])} for m in out]
+    return {"models": out, "published": published}
 
 
 def _public_model(m: dict[str, Any]) -> dict[str, Any]:

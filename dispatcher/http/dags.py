@@ -1,44 +1,42 @@
-"""DAG routes: ``POST /v1/dags``, ``GET /v1/dags/{id}``, its SSE events, cancel, interrupts.
+"""DAG routes: ``POST /v1/dags``, ``GET /v1/dags`` (listing), ``GET /v1/dags/{id}``, its SSE
+events, cancel, interrupts.
 
-* ``POST /v1/dags`` — a ``DagRequest`` → 202 ``{dag_id, events_url, status_url, created}``.
-  Bad input → 422 naming the field (a cyclic plan names the steps on the cycle); nothing is
-  stored or enqueued.
-* ``GET /v1/dags/{id}`` — ``{dag_id, status, phase, round, steps: [...], answer, …}``; 404.
+* ``POST /v1/dags`` — a ``DagRequest`` → 202 ``DagCreated``. Bad input → 422 naming the field
+  (a cyclic plan names the steps on the cycle); nothing is stored or enqueued.
+* ``GET /v1/dags?status=&limit=&cursor=`` → ``DagPage``, newest first, cursors as for runs.
+* ``GET /v1/dags/{id}`` — ``DagStatus``; 404.
 * ``GET /v1/dags/{id}/events`` — SSE, the same framing and resume rules as a run's.
-* ``POST /v1/dags/{id}/cancel`` → 202 · ``POST /v1/dags/{id}/interrupts`` ``{content}`` →
-  202 ``{id}`` (409 once the DAG ended).
+* ``POST /v1/dags/{id}/cancel`` → 202 ``DagCancelling`` · ``POST /v1/dags/{id}/interrupts``
+  ``{content}`` → 202 ``InterruptAccepted``; both 409 once the DAG ended.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from reactq.dispatcher.http.errors import field_error, interrupt_reply
-from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, InterruptIn, LastEventId
-from reactq.dispatcher.http.sse import events_response
+from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply, responses
+from reactq.dispatcher.http.gateway import AfterQuery, CursorQuery, GatewayDep, IdPath, LastEventId, LimitQuery
+from reactq.dispatcher.http.sse import SSE_RESPONSE, events_response
+from reactq.shared.api.dags import DagCancelling, DagCreated, DagPage, DagStatus, DagStatusName
+from reactq.shared.api.runs import InterruptAccepted, InterruptIn
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
 from reactq.shared.stores.dags import DagNotFound, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.requests import DagRequest
+from reactq.shared.stores.listing import dag_index, dag_row
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["dags"])
 
 
-class DagCreated(BaseModel):
-    dag_id: str
-    events_url: str
-    status_url: str
-    created: bool
-
-
-@router.post("/v1/dags", status_code=202, response_model=DagCreated)
+@router.post("/v1/dags", status_code=202, response_model=DagCreated, responses=responses(413, 415))
 def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
     """Validate and enqueue a DAG: a goal (the planner plans) or a goal with steps."""
     try:
@@ -52,31 +50,45 @@ def create_dag(req: DagRequest, gw: GatewayDep) -> Any:
                       created=handle.created)
 
 
-@router.get("/v1/dags/{dag_id}")
+@router.get("/v1/dags", response_model=DagPage)
+async def list_dags(gw: GatewayDep, status: Annotated[DagStatusName | None, Query()] = None,
+                    limit: LimitQuery = 50, cursor: CursorQuery = None) -> Any:
+    """DAGs, newest first, filtered by status, a page at a time."""
+    index = dag_index(gw.dispatcher.redis, gw.keys, gw.settings.run_ttl_seconds)
+    page = await asyncio.to_thread(index.page, status=status, limit=limit, cursor=cursor)
+    return DagPage(dags=[dag_row(r) for r in page["rows"]], next_cursor=page["next_cursor"])
+
+
+@router.get("/v1/dags/{dag_id}", response_model=DagStatus, responses=responses(404))
 def get_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
     """Status, phase, round, each step's status / child run / result, the answer once done."""
     return public_view(gw.dags.store.load(dag_id))
 
 
-@router.get("/v1/dags/{dag_id}/events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}}}})
+@router.get("/v1/dags/{dag_id}/events", response_model=None, response_class=StreamingResponse,
+            responses={**SSE_RESPONSE, **responses(404)})
 async def dag_events(dag_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
                      last_event_id: LastEventId = None) -> Any:
-    """Server-sent events of the DAG; reconnect with ``Last-Event-ID`` to get what was missed."""
+    """Server-sent events of the DAG (``Event``); reconnect with ``Last-Event-ID`` to get what was missed."""
     return await events_response(gw, gw.keys.dag(dag_id), gw.keys.dag_events(dag_id), TERMINAL_DAG_STATUSES,
                                  DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"),
                                  after, last_event_id)
 
 
-@router.post("/v1/dags/{dag_id}/cancel", status_code=202)
+@router.post("/v1/dags/{dag_id}/cancel", status_code=202, response_model=DagCancelling,
+             responses=responses(404, 409))
 def cancel_dag(dag_id: IdPath, gw: GatewayDep) -> Any:
-    """Cancel: running steps' child runs are cancelled, pending steps skipped."""
+    """Cancel: running steps' child runs are cancelled, pending steps skipped; 409 once it ended."""
     handle = gw.dags.handle(dag_id)
+    status = gw.dags.store.load(dag_id).status
+    if status in TERMINAL_DAG_STATUSES:
+        return conflict(f"DAG {dag_id} has already ended ({status})", status=status)
     handle.cancel()
-    return {"dag_id": dag_id, "status": handle.status()["status"]}
+    return DagCancelling.model_validate({"dag_id": dag_id, "status": gw.dags.store.load(dag_id).status})
 
 
-@router.post("/v1/dags/{dag_id}/interrupts", status_code=202)
+@router.post("/v1/dags/{dag_id}/interrupts", status_code=202, response_model=InterruptAccepted,
+             responses=responses(404, 409, 413, 415, 429))
 def interrupt_dag(dag_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
-    """A follow-up: steps not yet started are skipped and the DAG re-plans with it."""
+    """A follow-up: steps not yet started are skipped and the DAG re-plans with it; 409 once it ended."""
     return interrupt_reply(lambda: gw.dags.handle(dag_id).interrupt(body.content), "dag_id")

@@ -21,13 +21,14 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from fastapi import Depends, Header, Path, Query, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from reactq.dispatcher.batch.store import BatchStore, drive_stored_batch, holder_name
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.dag import DagDispatcher
 from reactq.dispatcher.http.hub import StreamHub
+from reactq.shared.api.runs import InterruptIn
 from reactq.shared.inputs import ID_PATTERN
+from reactq.shared.requests import THREAD_ID_PATTERN
 from reactq.shared.redisconn import _state_url, async_client, connection_options
 from reactq.shared.settings import Settings
 
@@ -162,22 +163,32 @@ async def get_gateway(request: Request) -> Gateway:
 GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 
 
+#: The body of ``POST /v1/runs/{id}/interrupts`` and ``POST /v1/dags/{id}/interrupts``.
+__all__ = ["Gateway", "GatewayDep", "IdPath", "IdQuery", "InterruptIn", "ThreadIdPath", "ThreadIdQuery",
+           "get_gateway"]
+
+
 # -- what the routers' signatures share ---------------------------------------------------------
 
-#: A run, DAG or batch id in a path, checked before it is used to build a Redis key
-#: (``ID:events`` is a 422, not a read).
-IdPath = Annotated[str, Path(pattern=ID_PATTERN, max_length=128)]
+#: The id of a run, DAG or batch (anything the server names) in a path or a filter, checked
+#: before it is used to build a Redis key (``ID:events`` is a 422, not a read). One pattern
+#: for every such id.
+ID_DESCRIPTION = "an id the server handed out: letters, digits, '_', '-', '.' (at most 128)"
+IdPath = Annotated[str, Path(pattern=ID_PATTERN, max_length=128, description=ID_DESCRIPTION)]
+IdQuery = Annotated[str | None, Query(pattern=ID_PATTERN, max_length=128, description=ID_DESCRIPTION)]
+#: A thread id is the caller's name for a conversation (``RunRequest.thread_id``), not an id
+#: the server made: its own pattern, the same in the body, the path and the filter.
+THREAD_DESCRIPTION = "a thread name: letters, digits, '.', '_', ':', '-' (at most 200)"
+ThreadIdPath = Annotated[str, Path(pattern=THREAD_ID_PATTERN, max_length=200, description=THREAD_DESCRIPTION)]
+ThreadIdQuery = Annotated[str | None, Query(pattern=THREAD_ID_PATTERN, max_length=200,
+                                            description=THREAD_DESCRIPTION)]
+#: A listing's page size and cursor (the same for runs, DAGs and batches).
+LimitQuery = Annotated[int, Query(ge=1, le=500, description="rows per page (1..500)")]
+CursorQuery = Annotated[str | None, Query(max_length=600, description="the `next_cursor` of the previous page")]
 
 
 #: An SSE route's cursor: ``?after=`` or, on a reconnect, the ``Last-Event-ID`` header.
-AfterQuery = Annotated[str | None, Query(description="resume after this stream id")]
-LastEventId = Annotated[str | None, Header()]
-
-
-class InterruptIn(BaseModel):
-    """The body of ``POST /v1/runs/{id}/interrupts`` and ``POST /v1/dags/{id}/interrupts``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    content: StrictStr = Field(..., min_length=1)
-    """At most ``REACTQ_MAX_INTERRUPT_CHARS`` (checked by the handle, for the CLI too)."""
+AfterQuery = Annotated[str | None, Query(description="resume after this stream id (`<ms>` or `<ms>-<seq>`)",
+                                         max_length=41)]
+LastEventId = Annotated[str | None, Header(description="resume after this stream id (a reconnect)",
+                                           max_length=41)]

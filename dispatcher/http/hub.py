@@ -2,7 +2,7 @@
 
 A watcher per blocking ``XREAD`` cost a thousand watchers a thousand Redis connections, and
 each event of a run watched a hundred times was read, parsed and framed a hundred times on
-the event loop: the loop fell behind and ``/healthz`` waited (issue 10 item 5). Here each
+the event loop: the loop fell behind and ``/healthz`` waited. Here each
 stream is read once, each entry framed once, and the frame handed to every watcher's queue.
 
 * **Readers.** A reader is one task with one ``XREAD BLOCK`` over all the keys of its group.

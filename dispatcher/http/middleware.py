@@ -10,6 +10,7 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RequestError
 from reactq.shared.inputs import loads_strict
 
@@ -25,7 +26,7 @@ OPEN_PATHS = ("/healthz", "/readyz")
 
 async def send_json(send: Send, status: int, body: dict[str, Any],
                     headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    data = json.dumps(body).encode()
+    data = json.dumps(body, ensure_ascii=False).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(data)).encode()), *(headers or [])]})
@@ -42,7 +43,7 @@ class BodyLimit:
         self.limit = limit
 
     def _too_large(self) -> dict[str, Any]:
-        return {"detail": f"request body is larger than {self.limit} bytes (REACTQ_MAX_BODY_BYTES)"}
+        return error_body(413, f"request body is larger than {self.limit} bytes (REACTQ_MAX_BODY_BYTES)")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -76,9 +77,11 @@ class BodyLimit:
 
 
 class BearerAuth:
-    """Every route but the probes needs ``Authorization: Bearer <token>``."""
+    """Every route but the probes needs ``Authorization: Bearer <token>``. The API's
+    description and its interactive docs hold no data and load without it (``/docs`` then
+    takes the token in its *Authorize* dialog and sends it with every request it tries)."""
 
-    OPEN = (*OPEN_PATHS, "/ui")
+    OPEN = (*OPEN_PATHS, "/ui", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
     # The viewer's static files hold no data: the page must load to show its token prompt.
     OPEN_PREFIXES = ("/ui/",)
 
@@ -97,19 +100,22 @@ class BearerAuth:
         scheme, _, given = auth.partition(b" ")
         # compare_digest: the time taken must not reveal how much of the token matched.
         if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
-            await send_json(send, 401, {"detail": "missing or invalid bearer token (REACTQ_API_TOKEN)"},
+            await send_json(send, 401, error_body(401, "missing or invalid bearer token (REACTQ_API_TOKEN)"),
                             [(b"www-authenticate", b"Bearer")])
             return
         await self.app(scope, receive, send)
 
 
 _JSON_TYPES = ("", "application/json")
+#: Bodies of lines (a JSONL batch): passed through, each line is checked on its own.
+LINE_TYPES = ("application/x-ndjson", "application/jsonl", "application/x-jsonlines", "text/plain")
 
 
 class StrictJson:
     """A JSON body must be strict JSON before any route sees it: UTF-8, no NaN / Infinity,
     no lone surrogates, at most ``MAX_DEPTH`` deep (``reactq.shared.inputs``). Refused with a
-    422 naming ``body``; other bodies (JSONL batches) pass through to be checked per line."""
+    422 naming ``body``; bodies of lines (JSONL batches) pass through to be checked per line;
+    a body of any other media type is refused (415)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -120,24 +126,20 @@ class StrictJson:
             return
         ctype = dict(scope.get("headers") or []).get(b"content-type", b"").decode("latin-1")
         main = ctype.split(";")[0].strip().lower()
-        if main not in _JSON_TYPES and not main.endswith("+json"):
+        is_json = main in _JSON_TYPES or main.endswith("+json")
+        if not is_json and main in LINE_TYPES:
             await self.app(scope, receive, send)
             return
-        chunks: list[bytes] = []
-        while True:
-            msg = await receive()
-            if msg["type"] != "http.request":
-                return  # the client went away (or BodyLimit refused the body)
-            chunks.append(msg.get("body", b""))
-            if not msg.get("more_body"):
-                break
-        body = b"".join(chunks)
+        body = await _read_body(receive)
+        if body is None:
+            return  # the client went away (or BodyLimit refused the body)
         if body.strip():
-            try:
-                loads_strict(body, field=None)
-            except RequestError as exc:
-                await send_json(send, 422, {"detail": [
-                    {"type": "json_invalid", "loc": ["body"], "msg": f"request body {exc}"}]})
+            problem = _json_problem(body) if is_json else (
+                415, f"request body of type {main[:60]!r}: send application/json")
+            if problem is not None:
+                status, msg = problem
+                details = [{"message": msg, "location": "body", "type": "json_invalid"}] if status == 422 else None
+                await send_json(send, status, error_body(status, msg, details=details))
                 return
         replayed = False
 
@@ -149,3 +151,23 @@ class StrictJson:
             return await receive()
 
         await self.app(scope, replay, send)
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole request body, or None when the client went away first."""
+    chunks: list[bytes] = []
+    while True:
+        msg = await receive()
+        if msg["type"] != "http.request":
+            return None
+        chunks.append(msg.get("body", b""))
+        if not msg.get("more_body"):
+            return b"".join(chunks)
+
+
+def _json_problem(body: bytes) -> tuple[int, str] | None:
+    try:
+        loads_strict(body, field=None)
+    except RequestError as exc:
+        return 422, f"request body {exc}"
+    return None

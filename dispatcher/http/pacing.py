@@ -1,6 +1,6 @@
 """Admission per turn of the event loop: a burst of requests is let into the app a few at a
 time, so the loop polls its sockets between batches and ``/healthz`` is never stuck behind a
-thousand requests that arrived together (issue 10 item 5).
+thousand requests that arrived together.
 
 asyncio runs every callback that is ready before it polls its sockets again. A thousand SSE
 clients connecting at once make a thousand requests ready in the same turn: routing, the

@@ -32,7 +32,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("reactq.http")
 
 #: ``Ended``: ``None``: the run / DAG is gone (expired); True: it ended; False: still going.
-__all__ = ["Ended", "SSE_HEADERS", "check_cursor", "event_stream", "events_response"]
+__all__ = ["Ended", "SSE_HEADERS", "SSE_RESPONSE", "check_cursor", "event_stream", "events_response"]
+
+#: The OpenAPI description of an SSE route's 200: frames of ``Event`` (``reactq.shared.api.events``;
+#: the app adds its schemas to the components).
+SSE_RESPONSE: dict[int | str, dict[str, Any]] = {200: {
+    "description": "Server-sent events: `id:` (the stream id, for `Last-Event-ID`), `event:` (the channel) "
+                   "and `data:` (the JSON payload) of each `Event`; ends after `done`.",
+    "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}}}}
 
 #: Sent when Redis went away: browsers' EventSource waits this long (ms) before reconnecting.
 RETRY_MS = 1000

@@ -15,6 +15,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
+from reactq.shared.api.ops import UiConfig
+
 __all__ = ["router"]
 
 router = APIRouter(tags=["ui"])
@@ -56,7 +58,7 @@ def ui_file(name: str) -> Any:
     return _static(name)
 
 
-@router.get("/v1/ui/config")
+@router.get("/v1/ui/config", response_model=UiConfig)
 def ui_config(request: Request) -> Any:
     """What the viewer needs to know about this deployment (no secrets)."""
     gateway = getattr(request.app.state, "gateway", None)

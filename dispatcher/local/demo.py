@@ -9,18 +9,20 @@ What it does, on embedded defaults:
    loopback port. The ``local`` extra is installed on first use (llama-cpp-python builds
    from source, ≈ 7 min on 2 cores, with progress; pip caches the wheel, so only once).
    The server is the one ``reactq run`` shares (``reactq.dispatcher.local.model``); its model
-   registry (``.reactq/local-models.toml``) says temperature 0, JSON mode with the action's
+   registry (``<data dir>/local-models.toml``) says temperature 0, JSON mode with the action's
    schema as the server's grammar, one tool turn, no answer synthesis (measured, see
-   ``localmodel``). The model is tiny: the README's "First run" section gives how often it
+   ``localmodel``). The model is tiny: the local-model guide gives how often it
    answers the sample questions right.
 3. Worker processes (``reactq.dispatcher.local.workers.ensure_workers``) and, when installed, Flower.
 4. The batch: every question of ``dispatcher/local/samples/questions.jsonl`` is submitted through
    the ``Dispatcher`` API; results are written to ``demo-results.jsonl`` as they finish.
 
-At the end the workers and Flower are stopped (``--keep`` leaves them up until Ctrl-C); the
-local model server (shared with ``reactq run``, see ``reactq.dispatcher.local.model``) and the
-embedded Valkey stay up, so ``reactq watch RUN_ID`` replays any run of
-the batch. ``make down`` stops it.
+Before anything, ``prerequisites`` checks what the demo needs (Python, a virtual environment,
+a C/C++ compiler when the local model must be built) and says how long the first run takes.
+At the end the workers and Flower are stopped (``--keep``, as ``make demo`` runs it, leaves
+them and the viewer up until Ctrl-C); the local model server (shared with ``reactq run``) and
+the embedded Valkey stay up, so ``reactq watch RUN_ID`` replays any run of the batch.
+``make down`` stops them.
 """
 
 from __future__ import annotations
@@ -156,6 +158,56 @@ def _one_line(text: Any, limit: int = 70) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
+# -- prerequisites -----------------------------------------------------------------------
+
+COMPILERS = ("cc", "gcc", "clang")
+CXX_COMPILERS = ("c++", "g++", "clang++")
+
+
+def prerequisites(*, needs_local_build: bool, version: tuple[int, int] = sys.version_info[:2],
+                  in_venv: bool = sys.prefix != sys.base_prefix,
+                  which: Any = None) -> tuple[list[str], list[str]]:
+    """(problems that stop the demo, notes to print first)."""
+    import shutil
+
+    found = which or shutil.which
+    problems, notes = [], []
+    if version < (3, 11):
+        problems.append(f"Python 3.11 or newer is needed (this is {version[0]}.{version[1]})")
+    if not in_venv:
+        notes.append("not in a virtual environment: `make demo` makes one (.venv)")
+    if needs_local_build:
+        if not any(found(c) for c in COMPILERS) or not any(found(c) for c in CXX_COMPILERS):
+            problems.append("no OPENAI_API_KEY or REACTQ_MODELS is set, so the demo runs a local model, whose "
+                            "runtime (llama-cpp-python) is compiled here and needs a C and C++ compiler: "
+                            "install one (Debian/Ubuntu: apt-get install build-essential), or set "
+                            "OPENAI_API_KEY to use a hosted model")
+        else:
+            notes.append("no OPENAI_API_KEY or REACTQ_MODELS: the demo uses a local model. Its runtime "
+                          "(llama-cpp-python) is compiled now, once: about 7 minutes on 2 cores, with "
+                          "progress; later runs start in seconds")
+    return problems, notes
+
+
+def check_prerequisites(settings: Settings) -> bool:
+    needs_build = not choose_model(settings) and local_model_missing() is not None
+    problems, notes = prerequisites(needs_local_build=needs_build)
+    for note in notes:
+        say(f"note: {note}")
+    for problem in problems:
+        say(f"error: {problem}", stream=sys.stderr)
+    return not problems
+
+
+def reactq_command() -> str:
+    """How to call ``reactq`` as printed: its full path when this environment's bin is not on PATH."""
+    import shutil
+
+    here = Path(sys.executable).parent / "reactq"
+    on_path = shutil.which("reactq")
+    return "reactq" if on_path and Path(on_path).resolve() == here.resolve() else str(here)
+
+
 # -- main --------------------------------------------------------------------------------
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -191,6 +243,8 @@ def demo_settings() -> Settings:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings = demo_settings()
+    if not args.install_local and not check_prerequisites(settings):
+        return 2
     if args.install_local:
         if local_model_missing() is None:
             say("the local model runtime is already installed")
@@ -200,13 +254,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from reactq.dispatcher.client import Dispatcher
     from reactq.dispatcher.local.workers import ensure_workers, stop_workers
-    from reactq.shared.redisconn import redis_url
+    from reactq.shared.redisconn import with_embedded
 
     started: list[subprocess.Popen[bytes]] = []
     workers_started = False
     try:
-        redis = redis_url(settings)
-        say(f"Redis: {redis}" + ("" if settings.redis_url else f"  (embedded Valkey, data in {settings.data_dir}/)"))
+        embedded = not settings.redis_url
+        settings = with_embedded(settings)
+        redis = str(settings.redis_url)
+        say(f"Redis: {redis}" + (f"  (embedded Valkey, data in {settings.data_dir}/)" if embedded else ""))
         model = choose_model(settings)
         if not model:
             if local_model_missing():
@@ -235,16 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             started.append(gateway[0])
             say(f"Viewer: {gateway[1]}  (every run live, as it happens)")
         rows = _ask_samples(Dispatcher(settings), args)
-        if rows:
-            say(f"Replay a run's events: reactq watch {rows[0]['run_id']}")
-        if flower and args.keep:
-            say(f"Flower: {flower[1]}")
-        if gateway:
-            say(f"Viewer: {gateway[1]}")
-        if args.keep:
-            say("Workers, the gateway, Flower and the model stay up; Ctrl-C to stop.")
-            _wait_forever()
-        say("Stop the embedded Valkey with: make down")
+        _finish(rows, flower[1] if flower else None, gateway[1] if gateway else None, keep=args.keep)
         return 0
     except KeyboardInterrupt:
         say("\nstopped")
@@ -276,6 +323,25 @@ def _ask_samples(d: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     say(f"\n{ok}/{len(rows)} runs succeeded in {time.monotonic() - t0:.1f}s; "
         f"{right}/{len(graded)} answers right. Results: {args.output.resolve()}")
     return rows
+
+
+def _finish(rows: list[dict[str, Any]], flower: str | None, viewer: str | None, *, keep: bool) -> None:
+    """What to do next, as commands that work as printed; with ``keep``, wait for Ctrl-C."""
+    reactq = reactq_command()
+    if rows:
+        say(f"Replay a run's events: {reactq} watch {rows[0]['run_id']}")
+    say(f"Ask your own question:  {reactq} run \"what is 17*23?\"")
+    if flower and keep:
+        say(f"Flower: {flower}")
+    if viewer:
+        say(f"Viewer: {viewer}")
+    if keep:
+        say("Workers, the gateway, Flower and the model stay up; Ctrl-C to stop them.")
+        try:
+            _wait_forever()
+        except KeyboardInterrupt:  # the way out asked for: not an error
+            say("\nstopping the workers, the gateway and Flower …")
+    say(f"Stop the embedded Valkey and the local model with: {reactq} down  (or make down)")
 
 
 def _wait_forever() -> None:

@@ -11,7 +11,7 @@ Used when nothing else is configured (no ``REACTQ_MODELS``, no ``OPENAI_API_KEY`
 * The server is shared: it runs detached, its port and pid are kept in
   ``<data_dir>/local-model.json``, and the next command reuses it while it answers.
   ``reactq down`` stops it (:func:`stop_shared_server`).
-* How the model is asked (measured: the README's "First run" figures): the server uses the
+* How the model is asked (measured: see the local-model guide): the server uses the
   plain ``chatml`` template (``chatml-function-calling`` HTML-escapes every quote of the
   prompt, drops ``tool`` messages, and its grammar lets a native turn say nothing but a
   function name, so a native run can never answer in text). The registry puts every run in

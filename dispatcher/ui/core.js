@@ -60,9 +60,9 @@ RQ.api = async function api(path, opts = {}) {
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = text; }
   if (!res.ok) {
-    let detail = body && body.detail !== undefined ? body.detail : body || res.statusText;
-    if (Array.isArray(detail)) detail = detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("; ");
-    throw new ApiError(res.status, detail);
+    // Every error is {"error": {code, message, field?, details?}}.
+    const err = body && typeof body === "object" && body.error ? body.error : null;
+    throw new ApiError(res.status, err ? err.message : (body || res.statusText));
   }
   return body;
 };

@@ -129,12 +129,14 @@
       h("td", {}, String(run.iterations ?? 0)),
       h("td", {}, String(RQ.tokens(run.usage))),
       h("td", {}, RQ.fmtTime(run.created_at)),
-      h("td", {}, run.batch_id ? h("a", { href: `#/batch/${encodeURIComponent(run.batch_id)}` }, "batch") : ""));
+      h("td", {}, run.batch_id ? h("a", { href: `#/batch/${encodeURIComponent(run.batch_id)}` }, "batch")
+        : run.schedule_id ? h("span", { class: "mono", title: run.scheduled_for ? `tick ${run.scheduled_for}` : "triggered" },
+          `schedule ${run.schedule_id}`) : ""));
   }
 
   RQ.pages.runs = function (view) {
     const ctrl = new AbortController();
-    const filters = { status: "", batch_id: "", thread_id: "" };
+    const filters = { status: "", batch_id: "", thread_id: "", schedule_id: "" };
     const pages = [null]; // cursors of the pages seen (null = the newest)
     let page = 0;
     let known = new Set();
@@ -158,6 +160,7 @@
         field("status", "status", statusSel),
         field("batch_id", "batch id", h("input", { placeholder: "any", spellcheck: "false" })),
         field("thread_id", "thread id", h("input", { placeholder: "any", spellcheck: "false" })),
+        field("schedule_id", "schedule id", h("input", { placeholder: "any", spellcheck: "false" })),
         h("span", { class: "row" }, newer, older)),
       h("div", { class: "tablewrap" }, h("table", { id: "runs-table" },
         h("thead", {}, h("tr", {}, ["run", "status", "query", "model", "iter.", "tokens", "created", ""].map((t) => h("th", { scope: "col" }, t)))),

@@ -1,4 +1,4 @@
-"""The DAG engine (SPEC §M): plan a goal into steps, run each step as its own ReAct run,
+"""The DAG engine: plan a goal into steps, run each step as its own ReAct run,
 analyze the results, re-plan while the goal is not met, then answer.
 
 Pure parts, importable anywhere (no Redis, no Celery):

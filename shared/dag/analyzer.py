@@ -1,4 +1,4 @@
-"""The analyzer: did this round achieve the goal? (S91). Never raises: an unusable reply is
+"""The analyzer: did this round achieve the goal?. Never raises: an unusable reply is
 the default verdict ``achieved=False, confidence=0.0, "Could not parse analysis response"``."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class AnalysisOutcome:
 
 
 def format_step_results(steps: Sequence[StepView], truncation: int = 10_000) -> str:
-    """S91: one block per step, results cut to ``truncation`` characters."""
+    """One block per step, results cut to ``truncation`` characters."""
     if not steps:
         return "(no steps in plan)"
     blocks = []

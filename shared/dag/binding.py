@@ -1,4 +1,4 @@
-"""Which registry model does which DAG job (SPEC S97–S98), by registry *name*.
+"""Which registry model does which DAG job, by registry *name*.
 
 Child runs name their model in ``RunRequest.model`` (a registry name), so the DAG resolves
 roles to names, not to LLM objects: ``smart`` plans, analyzes and synthesizes; a step's

@@ -1,4 +1,4 @@
-"""The DAG engine as pure transitions: state in, events and effects out (SPEC S85–S93a).
+"""The DAG engine as pure transitions: state in, events and effects out.
 
 No I/O happens here. Each function mutates a ``DagState`` and returns a ``Transition``:
 the events to publish (each with the next ``seq``) and the effects the Celery shell must
@@ -10,7 +10,7 @@ redelivered task recreates the same run ids instead of new ones.
 The types it returns and the `done` payload live in ``effects``.
 
 Round flow: planning → executing → analyzing → (replanning → planning …) → synthesizing
-→ done. ``decide`` is S92's round decision.
+→ done. ``decide`` is the round decision.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def begin_round(state: DagState, plan: ExecutionPlan, env: Env) -> Transition:
 
 
 def schedule(state: DagState, env: Env) -> Transition:
-    """S85 (b)–(d): time out, cascade failures, launch ready steps, or end the round."""
+    """Time out, cascade failures, launch ready steps, or end the round."""
     t = Transition()
     if state.phase != "executing":
         return t
@@ -126,7 +126,7 @@ def complete_step(state: DagState, step_id: str, run_id: str, run: dict[str, Any
 
 def forward_progress(state: DagState, step: StepState, entries: Sequence[tuple[str, Event]],
                      env: Env) -> list[Event]:
-    """S90: a child's tool iterations as ``step_progress`` events (thinking is not forwarded)."""
+    """A child's tool iterations as ``step_progress`` events (thinking is not forwarded)."""
     out = []
     cut = env.config.progress_observation_chars
     for stream_id, event in entries:
@@ -168,7 +168,7 @@ def _launch(state: DagState, step: StepState, env: Env) -> Transition:
 
 
 def _expire(state: DagState, env: Env) -> Transition:
-    """S87: a step still running after the timeout fails (its child run is cancelled)."""
+    """A step still running after the timeout fails (its child run is cancelled)."""
     t = Transition()
     limit = env.config.step_timeout
     for step in state.steps:
@@ -182,7 +182,7 @@ def _expire(state: DagState, env: Env) -> Transition:
 
 
 def _cascade(state: DagState, env: Env) -> Transition:
-    """S85 (b): pending steps depending on a failed step fail, transitively."""
+    """Pending steps depending on a failed step fail, transitively."""
     t = Transition()
     changed = True
     while changed:
@@ -250,7 +250,7 @@ Decision = Literal["stop", "replan", "replan_free"]
 
 def decide(analysis: AnalysisResult, *, injected: bool, auto_replans: int, max_rounds: int,
            stop_confidence: float) -> Decision:
-    """S92, in order — except that a user follow-up always re-plans: the analyzer judged
+    """In order — except that a user follow-up always re-plans: the analyzer judged
     the goal without it."""
     if injected:
         return "replan_free"
@@ -334,7 +334,7 @@ def cancel(state: DagState, env: Env) -> Transition:
 
 
 def fail(state: DagState, message: str, env: Env, *, kind: str = "pipeline_error") -> Transition:
-    """End the DAG on an error of the pipeline itself (S93a): ``error`` then ``done``."""
+    """End the DAG on an error of the pipeline itself: ``error`` then ``done``."""
     t = Transition()
     for step in state.steps:
         if step.status == "running":

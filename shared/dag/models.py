@@ -1,15 +1,15 @@
-"""Plans, steps and analyses, and the validation every plan goes through (SPEC S82–S84, S91).
+"""Plans, steps and analyses, and the validation every plan goes through.
 
 What callers may rely on:
 
-* ``parse_plan_data(data)`` is the planner's lenient parser (S83): ``steps`` given as one
+* ``parse_plan_data(data)`` is the planner's lenient parser: ``steps`` given as one
   object, as a JSON string, or as step fields at the top level are all recovered; anything
   else is ``None`` (so ``structured_llm_call`` degrades to its next level).
 * ``validate_steps(steps)`` prunes dangling dependencies with a warning (never an error),
   and refuses a cycle (self-dependency included) with ``CycleError`` naming exactly the
-  steps that lie on a cycle (Kahn's algorithm, S84). ``check_unique_ids`` refuses repeated
+  steps that lie on a cycle (Kahn's algorithm). ``check_unique_ids`` refuses repeated
   ids; ``dedupe_ids`` keeps the first of each instead (for a model's plan).
-* Every error here is a ``PlanError``, itself a ``ValueError`` (what S84 names) and a
+* Every error here is a ``PlanError``, itself a ``ValueError`` and a
   ``ReactqError``; all pickle.
 """
 
@@ -97,7 +97,7 @@ class ParsedPlan(BaseModel):
 
 
 class AnalysisResult(BaseModel):
-    """The analyzer's verdict on a round (S91); ``confidence`` is always within [0, 1]."""
+    """The analyzer's verdict on a round; ``confidence`` is always within [0, 1]."""
 
     achieved: bool = False
     confidence: float = 0.0
@@ -105,7 +105,7 @@ class AnalysisResult(BaseModel):
     final_answer: str | None = None
 
 
-# -- lenient parsing (S83) -----------------------------------------------------------------
+# -- lenient parsing -----------------------------------------------------------------
 
 def parse_plan_data(data: dict[str, Any]) -> ParsedPlan | None:
     """Recover a step list from whatever shape the model produced; ``None`` = unusable."""
@@ -160,7 +160,7 @@ def _coerce_step(item: Any, warnings: list[str]) -> PlanStep | None:
 
 
 def parse_analysis_data(data: dict[str, Any]) -> AnalysisResult | None:
-    """S91: the analyzer's JSON as a verdict; without ``achieved`` it is unusable."""
+    """The analyzer's JSON as a verdict; without ``achieved`` it is unusable."""
     if "achieved" not in data:
         return None
     achieved = data["achieved"]
@@ -173,7 +173,7 @@ def parse_analysis_data(data: dict[str, Any]) -> AnalysisResult | None:
 
 
 def _clamp(value: Any) -> float:
-    """Confidence within [0, 1]; anything that is not a number is 0.0 (S91)."""
+    """Confidence within [0, 1]; anything that is not a number is 0.0."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -183,7 +183,7 @@ def _clamp(value: Any) -> float:
     return min(1.0, max(0.0, number))
 
 
-# -- validation (S84) ----------------------------------------------------------------------
+# -- validation ----------------------------------------------------------------------
 
 def check_unique_ids(steps: Iterable[PlanStep]) -> None:
     """Refuse a plan whose ids repeat (a user's plan: guessing which one was meant is worse)."""

@@ -1,9 +1,9 @@
-"""The planner: a goal (and what earlier rounds found) → a validated ``ExecutionPlan`` (S82–S84).
+"""The planner: a goal (and what earlier rounds found) → a validated ``ExecutionPlan``.
 
 One ``structured_llm_call`` with function ``create_plan`` and no default: a model that
 cannot produce a plan raises ``StructuredOutputError`` ("… extraction levels failed …"),
 a cyclic plan raises ``CycleError``; both are ``ValueError`` s. The 2–6 step guidance is
-only guidance (S82); a plan above ``max_steps`` is cut with a warning.
+only guidance; a plan above ``max_steps`` is cut with a warning.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class PlanOutcome:
 def planner_messages(goal: str, *, tools: Sequence[tuple[str, str]] = (),
                      context: str | None = None, desc_length: int = 120,
                      now: datetime | None = None) -> list[ChatMessage]:
-    """S82: the system rules and ``Goal: …`` + tools + ``Additional context``."""
+    """The system rules and ``Goal: …`` + tools + ``Additional context``."""
     user = f"Goal: {goal}"
     if tools:
         lines = "\n".join(f"- {name}: {_cut(desc, desc_length)}" for name, desc in tools)

@@ -1,4 +1,4 @@
-"""The DAG engine's prompts: planner (S82), analyzer (S91), re-plan context (S92), synthesis (S93).
+"""The DAG engine's prompts: planner, analyzer, re-plan context, synthesis.
 
 The leading words of each user message are distinct on purpose ("Goal:", "Goal to
 evaluate:", "Original goal:" in step queries), so a scripted test server can tell the
@@ -46,7 +46,7 @@ ANALYSIS_SCHEMA: dict[str, object] = {
 
 
 def planner_system(now: datetime) -> str:
-    """S82: the planner's rules, dated so "latest"/"this year" mean something."""
+    """The planner's rules, dated so "latest"/"this year" mean something."""
     return f"""You are a planning assistant. Break the user's goal into a small plan of steps that \
 can be executed by independent AI agents with tools.
 

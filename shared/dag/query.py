@@ -1,5 +1,5 @@
-"""Texts built from results: a step's query (S86), the re-plan context (S92), the synthesis
-prompt and the not-achieved answer (S93)."""
+"""Texts built from results: a step's query, the re-plan context, the synthesis
+prompt and the not-achieved answer."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ _STRUCTURED = re.compile(r"\|\s*-{3}|```|\bSection \d|\bArticle \d|제\s*\d+\s*�
 
 
 def dependency_context(step: StepState, steps: Sequence[StepState]) -> str:
-    """S86: ``[<id>] (<status>) <task>\\nResult: <summary>`` per dependency (unknown ids skipped)."""
+    """``[<id>] (<status>) <task>\\nResult: <summary>`` per dependency (unknown ids skipped)."""
     by_id = {s.id: s for s in steps}
     blocks = [f"[{d.id}] ({d.status}) {d.task}\nResult: {d.result or '(no result)'}"
               for d in (by_id.get(i) for i in step.dependencies) if d is not None]
@@ -31,7 +31,7 @@ def dependency_context(step: StepState, steps: Sequence[StepState]) -> str:
 
 def build_step_query(goal: str | None, step: StepState, steps: Sequence[StepState], *,
                      max_context_chars: int = 50_000, multiplier: float = 3.0) -> str:
-    """S86: the child run's query: goal, task, suggested tool and its dependencies' results.
+    """The child run's query: goal, task, suggested tool and its dependencies' results.
 
     The context budget is ``max_context_chars`` (×``multiplier`` when a dependency result
     holds structured content such as a table or code), and never more than what keeps the
@@ -55,7 +55,7 @@ def build_step_query(goal: str | None, step: StepState, steps: Sequence[StepStat
 
 
 def replan_context(history: Sequence[RoundRecord], *, recent: int = 500, older: int = 200) -> str:
-    """S92: every earlier round's verdict and step results (the latest round less cut)."""
+    """Every earlier round's verdict and step results (the latest round less cut)."""
     lines: list[str] = []
     for n, record in enumerate(history):
         limit = recent if n == len(history) - 1 else older
@@ -77,7 +77,7 @@ def replan_context(history: Sequence[RoundRecord], *, recent: int = 500, older: 
 
 def synthesis_messages(goal: str, steps: Sequence[StepState], analysis: AnalysisResult | None, *,
                        truncation: int = 10_000) -> list[ChatMessage]:
-    """S93: goal, step results (each cut) and the analyzer's reasoning."""
+    """Goal, step results (each cut) and the analyzer's reasoning."""
     blocks = []
     for s in steps:
         result = s.result or "(no result)"
@@ -92,6 +92,6 @@ def synthesis_messages(goal: str, steps: Sequence[StepState], analysis: Analysis
 
 
 def fallback_answer(steps: Sequence[StepState]) -> str:
-    """S93: the completed steps' results when the goal was not achieved."""
+    """The completed steps' results when the goal was not achieved."""
     done = [f"**{s.id}**: {s.result or ''}" for s in steps if s.status == "completed"]
     return "\n\n---\n\n".join(done) if done else P.GOAL_NOT_ACHIEVED

@@ -26,7 +26,7 @@ FINISHED_STEP = ("completed", "failed", "skipped")
 
 
 class StepState(BaseModel):
-    """One step of the current round (S85) and its child run."""
+    """One step of the current round and its child run."""
 
     id: str
     task: str
@@ -79,7 +79,7 @@ class DagState(BaseModel):
     round: int = 1
     auto_replans: int = 0
     injected: bool = False
-    """A follow-up arrived during this round: the next re-plan is free (S92)."""
+    """A follow-up arrived during this round: the next re-plan is free."""
     steps: list[StepState] = Field(default_factory=list)
     history: list[RoundRecord] = Field(default_factory=list)
     analysis: AnalysisResult | None = None

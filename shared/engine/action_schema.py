@@ -1,4 +1,4 @@
-"""The JSON-mode action (S4's two shapes) as a JSON schema, for servers that constrain a reply
+"""The JSON-mode action (the two shapes) as a JSON schema, for servers that constrain a reply
 to one (``abilities.json_schema``: llama.cpp's grammars, vLLM's guided decoding).
 
 One alternative per tool of the run — ``{"type": "tool_call", "tool_name": <that tool>,
@@ -6,13 +6,12 @@ One alternative per tool of the run — ``{"type": "tool_call", "tool_name": <th
 ``answer_only`` keeps the last one alone (``max_tool_turns`` reached). So a constrained model
 can neither invent a tool name nor send arguments of the wrong shape.
 
-What the schema leaves out, and why (measured with the bundled SmolLM2-135M, README "First
-run"):
+What the schema leaves out, and why (measured with the bundled SmolLM2-135M):
 
 * ``reasoning``: a small model writes its guess there before the call ("17 * 23 = 4096") and
   then follows the guess; with the field, 5 of 15 sample answers were right, without, 12
   (in-process, 3 runs of the demo's 5 questions, graded by the earlier, looser patterns).
-  The parser reads a missing ``reasoning`` as "" (S8).
+  The parser reads a missing ``reasoning`` as "".
 * length bounds (``maxLength``, ``maxItems``): llama.cpp unrolls ``maxLength`` into nested
   optional groups, and ``text_stats``' 200,000 made a 1.6 MB grammar that overflowed the
   server's stack (a segfault). The tools still check their own bounds, and the request's
@@ -38,7 +37,7 @@ _FINAL: dict[str, Any] = {
 
 
 def action_schema(tools: list[dict[str, Any]], *, answer_only: bool = False) -> dict[str, Any]:
-    """The schema of one JSON-mode reply; ``tools`` are OpenAI tool schemas (S4)."""
+    """The schema of one JSON-mode reply; ``tools`` are OpenAI tool schemas."""
     alternatives = [] if answer_only else [_tool_call(t["function"]) for t in tools]
     alternatives.append(_FINAL)
     return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}

@@ -1,4 +1,4 @@
-"""JSON-mode action parsing (S8, S61)."""
+"""JSON-mode action parsing."""
 
 from __future__ import annotations
 

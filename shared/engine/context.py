@@ -1,11 +1,11 @@
-"""The context guard: token estimates, truncation and LLM compaction (SPEC S68–S75).
+"""The context guard: token estimates, truncation and LLM compaction.
 
 Everything here returns new lists and never mutates the messages it is given, because
 the same message objects live in the run state that is persisted between steps.
 
 Pinned messages (the current query, ``[USER INTERRUPT]`` messages) and system messages
 always survive; pinned ones are never shown to the summarizer, except when they alone
-eat more than half the budget (S71).
+eat more than half the budget.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ HINT_PROMPTS: dict[str, str] = {
 
 
 def estimate_tokens(text: str | None) -> int:
-    """S74: ASCII chars / 4 + other chars / 1.5, truncated; at least 1 if non-empty."""
+    """ASCII chars / 4 + other chars / 1.5, truncated; at least 1 if non-empty."""
     if not text:
         return 0
     # Counted in C, not per character in Python: the guard estimates the whole history
@@ -104,7 +104,7 @@ def estimate_messages(messages: Sequence[ChatMessage]) -> int:
 
 
 def smart_truncate(messages: Sequence[ChatMessage], max_tokens: int) -> list[ChatMessage]:
-    """S73: keep system and pinned messages plus the longest recent suffix that fits."""
+    """Keep system and pinned messages plus the longest recent suffix that fits."""
     if estimate_messages(messages) <= max_tokens:
         return list(messages)
     head = [m for m in messages if _always_kept(m)]
@@ -122,14 +122,14 @@ def smart_truncate(messages: Sequence[ChatMessage], max_tokens: int) -> list[Cha
 
 def budget_for(context_size: int | None, max_output: int | None, floor: int = 4000,
                default: int = 64000) -> int:
-    """S68: the input budget of a model, ``context_size - max_output`` but at least ``floor``."""
+    """The input budget of a model, ``context_size - max_output`` but at least ``floor``."""
     if not context_size or max_output is None:
         return default
     return max(floor, context_size - max_output)
 
 
 class ContextGuard:
-    """Keeps a conversation inside a token budget (S70–S72).
+    """Keeps a conversation inside a token budget.
 
     ``llm`` is the (fast) compaction model; without it, over-budget histories are
     truncated. ``usage`` accumulates what compaction calls cost.
@@ -155,7 +155,7 @@ class ContextGuard:
     async def check_and_compact(self, messages: Sequence[ChatMessage],
                                 budget: int | None = None,
                                 hint: str = "general") -> list[ChatMessage]:
-        """S70: cap huge messages, then compact only if the estimate exceeds the budget."""
+        """Cap huge messages, then compact only if the estimate exceeds the budget."""
         limit = budget or self.budget
         capped, tokens = self._checked.capped(messages, self._cap)
         if tokens <= limit:
@@ -165,7 +165,7 @@ class ContextGuard:
         return await self._compact(capped, limit, hint)
 
     def prompt_for(self, hint: str) -> str:
-        """S72: the summarizer's system prompt; a custom prompt overrides every hint."""
+        """The summarizer's system prompt; a custom prompt overrides every hint."""
         if self.compact_prompt:
             return self.compact_prompt
         return HINT_PROMPTS.get(hint, HINT_PROMPTS["general"])
@@ -180,7 +180,7 @@ class ContextGuard:
 
     async def _compact(self, messages: list[ChatMessage], budget: int,
                        hint: str) -> list[ChatMessage]:
-        """S71: summarize old compactable messages; keep system, pinned and recent ones."""
+        """Summarize old compactable messages; keep system, pinned and recent ones."""
         system = [m for m in messages if m.role == "system"]
         pinned = [m for m in messages if m.pinned and m.role != "system"]
         compactable = [m for m in messages if m.role != "system" and not m.pinned]
@@ -252,7 +252,7 @@ class _Checked:
 
 def _split_whole_turns(compactable: list[ChatMessage],
                        keep: int) -> tuple[list[ChatMessage], list[ChatMessage]]:
-    """S71's "last ``keep``", moved back so that the kept part does not start with tool
+    """the "last ``keep``", moved back so that the kept part does not start with tool
     results whose assistant call would be summarized away (providers refuse a tool
     message that answers no call)."""
     split = max(0, len(compactable) - keep)
@@ -263,7 +263,7 @@ def _split_whole_turns(compactable: list[ChatMessage],
 
 def _unpin_overflow(pinned: list[ChatMessage], compactable: list[ChatMessage],
                     budget: int) -> tuple[list[ChatMessage], list[ChatMessage]]:
-    """S71: when pins eat over half the budget, only the newest pin stays pinned."""
+    """When pins eat over half the budget, only the newest pin stays pinned."""
     pinned_tokens = estimate_messages(pinned)
     if pinned_tokens <= budget * 0.5 or len(pinned) <= 1:
         return pinned, compactable

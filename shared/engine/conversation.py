@@ -1,4 +1,4 @@
-"""Threads in the engine (pure): the seed's "Previous conversation" block (S81) and what a
+"""Threads in the engine (pure): the "Previous conversation" block and what a
 finished run leaves in its thread's history.
 
 A thread's history is user/assistant pairs only: each earlier run's query (with the
@@ -14,7 +14,7 @@ from reactq.shared.engine.context import estimate_messages
 from reactq.shared.engine.state import RunState
 from reactq.shared.models import ChatMessage
 
-#: S81 without a summarizing model: the last this-many characters of the history.
+#: Without a summarizing model: the last this-many characters of the history.
 HISTORY_MAX_CHARS = 20_000
 
 INTERRUPTED_NOTE = "(This request was interrupted by the user's next message before it was answered.{tools})"
@@ -29,7 +29,7 @@ def previous_conversation(history: Sequence[ChatMessage], *, max_chars: int = HI
 
 
 def enriched_query(history: Sequence[ChatMessage], query: str, *, max_chars: int = HISTORY_MAX_CHARS) -> str:
-    """S81: no history ⇒ the query; else ``Previous conversation:\\n…\\n\\nCurrent request: <q>``."""
+    """No history ⇒ the query; else ``Previous conversation:\\n…\\n\\nCurrent request: <q>``."""
     if not history:
         return query
     return f"Previous conversation:\n{previous_conversation(history, max_chars=max_chars)}\n\nCurrent request: {query}"
@@ -39,7 +39,7 @@ def fit_history(history: Sequence[ChatMessage], max_tokens: int) -> list[ChatMes
     """The newest whole turns (user + assistant) of a thread that fit in ``max_tokens``.
 
     The history is pinned, and the context guard never drops pinned messages while the run
-    has little else to compact (S71, S73): a thread that outgrew the budget would make
+    has little else to compact: a thread that outgrew the budget would make
     every request too long. So a run starts from at most this much of it (half the
     guard's budget), the oldest turns left out first.
     """
@@ -73,7 +73,7 @@ def _tools_clause(state: RunState) -> str:
 
 
 def user_turn(state: RunState) -> str:
-    """The run's query, with the follow-ups injected into it (the seed's interrupt messages)."""
+    """The run's query, with the follow-ups injected into it (the interrupt messages)."""
     injected = [m.text() for m in state.messages
                 if m.role == "user" and m.pinned and m.text().startswith("[USER INTERRUPT]")]
     return "\n\n".join([state.query, *injected])

@@ -1,6 +1,6 @@
 """How a run ends: the answer's stream events, then ``finish``, ``fail``, ``cancel`` or
 ``interrupt``. Each ending leaves ``state.phase == "done"`` with a terminal status, and its
-last event is the one ``done`` (DESIGN invariant 5), built from ``result.run_result``.
+last event is the one ``done``, built from ``result.run_result``.
 
 Pure transitions like ``loop``: the shells decide when a run ends, these say what it means.
 """
@@ -32,7 +32,7 @@ def fallback_event(state: RunState, error: BaseException | str) -> Event:
 
 
 def finish(state: RunState, answer: str, *, now: float, pending: list[str] | None = None) -> list[Event]:
-    """End a run that produced its answer: ``answer done`` then ``done`` (S77)."""
+    """End a run that produced its answer: ``answer done`` then ``done``."""
     state.final_answer = answer
     state.status = "succeeded"
     state.phase = "done"
@@ -42,7 +42,7 @@ def finish(state: RunState, answer: str, *, now: float, pending: list[str] | Non
 
 
 def fail(state: RunState, error: BaseException | str, *, now: float, kind: str = "llm_error") -> list[Event]:
-    """End a run that cannot go on (S64, S80): ``error`` then ``done``."""
+    """End a run that cannot go on: ``error`` then ``done``."""
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     answer_open_calls(state, P.CANCELLED_OBSERVATION)
     state.status = "failed"
@@ -93,8 +93,7 @@ def answer_open_calls(state: RunState, text: str) -> None:
 
 
 def _done(state: RunState, pending: list[str] | None) -> Event:
-    """The ``done`` event: the run's result (DESIGN "Events": answer, iterations, usage,
-    elapsed, status), its id, and the messages it never read."""
+    """The ``done`` event: the run's result, its id, and the messages it never read."""
     result = run_result(state)
     data: dict[str, Any] = {
         "answer": result.answer,

@@ -33,8 +33,8 @@ def budget_reached(state: RunState, spent: int) -> bool:
 
 
 def stop_for_budget(state: RunState, spent: int, *, now: float) -> list[Event]:
-    """The run's token budget is used up: no further LLM call. The answer is the seed's
-    max-iterations summary text itself (S16), streamed as-is; the run ``succeeded`` like
+    """The run's token budget is used up: no further LLM call. The answer is the
+    max-iterations summary text itself, streamed as-is; the run ``succeeded`` like
     the other fallbacks, with an ``error`` event ``kind: "budget"``."""
     answer_open_calls(state, P.CANCELLED_OBSERVATION)
     text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)

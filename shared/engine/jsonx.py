@@ -1,4 +1,4 @@
-"""Lenient JSON extraction from LLM output (SPEC S8) and argument hashing.
+"""Lenient JSON extraction from LLM output and argument hashing.
 
 Models wrap JSON in prose or code fences and often emit invalid escapes (``\\d`` in a
 regex) or raw newlines inside strings. ``extract_json`` tries, in order: the whole text,

@@ -46,7 +46,7 @@ def new_run(
     metadata: dict[str, Any] | None = None,
     now: float,
 ) -> RunState:
-    """A fresh run. ``native`` is the resolved mode (S2): the caller checked the abilities."""
+    """A fresh run. ``native`` is the resolved mode: the caller checked the abilities."""
     return RunState(
         run_id=run_id,
         query=query,
@@ -62,7 +62,7 @@ def new_run(
 
 
 def needs_selection(state: RunState, config: EngineConfig) -> bool:
-    """S29: select only when more than the threshold of tools are available."""
+    """Select only when more than the threshold of tools are available."""
     return len(state.available_tools) > config.tool_selection_threshold
 
 
@@ -76,7 +76,7 @@ def set_tools(state: RunState, selected: list[str] | None) -> None:
 
 
 def start(state: RunState, schemas: list[dict[str, Any]], *, now: float) -> None:
-    """Build the first messages (S3) from the schemas of the run's tools."""
+    """Build the first messages from the schemas of the run's tools."""
     if state.tool_names is None:
         set_tools(state, None)
     # A thread's earlier turns come between the system prompt and the query, pinned like
@@ -92,14 +92,14 @@ def start(state: RunState, schemas: list[dict[str, Any]], *, now: float) -> None
 
 
 def begin_turn(state: RunState) -> list[Event]:
-    """Start turn ``iteration + 1``: the thinking-start event (S6)."""
+    """Start turn ``iteration + 1``: the thinking-start event."""
     state.iteration += 1
     return [emit(state, "step", type="thinking", status="start", iteration=state.iteration)]
 
 
 def llm_request(state: RunState, schemas: list[dict[str, Any]], json_mode: bool, *,
                 json_schema: bool = False, max_tool_turns: int | None = None) -> dict[str, Any]:
-    """Keyword arguments of this turn's ``chat()`` call (S4, S7).
+    """Keyword arguments of this turn's ``chat()`` call.
 
     ``json_schema`` (the model's ability): JSON-mode turns send the action's schema
     (``action_schema``) instead of asking for any JSON object. ``max_tool_turns`` (the
@@ -150,7 +150,7 @@ def apply_compaction(state: RunState, messages: list[ChatMessage]) -> list[Event
 
 def on_llm_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
                  config: EngineConfig, *, now: float) -> list[Event]:
-    """Process one loop reply. Interrupts are taken only at the seed's drain points (S54)."""
+    """Process one loop reply. Interrupts are taken only at the drain points."""
     state.usage = state.usage + Usage.from_dict(result.usage)
     if state.mode == "native":
         return _on_native_reply(state, result, interrupts, config, now)
@@ -164,7 +164,7 @@ def _on_json_reply(state: RunState, result: LLMResult, interrupts: list[Interrup
     state.messages.append(ChatMessage(role="assistant", content=content))
     events = [_thinking_done(state, action.reasoning)]
     if action.parse_failed and not state.parse_retried and state.iteration < state.max_iterations:
-        # S60: one reformat request per failure streak; not a drain point (S54).
+        # One reformat request per failure streak; not a drain point.
         state.parse_retried = True
         state.messages.append(ChatMessage(role="user", content=P.JSON_REFORMAT_REQUEST))
         return events + _continue(state, config)
@@ -196,7 +196,7 @@ def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interr
         if content:
             state.trace.append(f"Assistant reasoning: {content}")
         return events + _dispatch(state, calls, reasoning, now, cap=config.max_tool_calls_per_turn)
-    # S12/S54: a turn without tool calls is the final-answer signal; drain right after it.
+    # A turn without tool calls is the final-answer signal; drain right after it.
     events += _drain(state, interrupts)
     action = Action(type="final_answer", reasoning=reasoning, answer=content)
     return events + _final_candidate(state, action, bool(interrupts), config)
@@ -237,7 +237,7 @@ def _thinking_done(state: RunState, reasoning: str) -> Event:
 
 def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now: float,
               cap: int | None = None) -> list[Event]:
-    """S11: one start event per call, in call order, before any runs (calls past ``cap``
+    """One start event per call, in call order, before any runs (calls past ``cap``
     included: they are answered with an error in ``on_tool_results``)."""
     state.pending_calls, state.refused_calls = turncap.split(calls, cap or len(calls))
     state.pending_reasoning = reasoning
@@ -252,7 +252,7 @@ def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now
 
 
 def _drain(state: RunState, interrupts: list[Interrupt]) -> list[Event]:
-    """S55: an ``inject`` event per message, then one combined, pinned user message."""
+    """An ``inject`` event per message, then one combined, pinned user message."""
     if not interrupts:
         return []
     events = [emit(state, "inject", type="inject", content=i.content, id=i.id) for i in interrupts]
@@ -264,17 +264,17 @@ def _drain(state: RunState, interrupts: list[Interrupt]) -> list[Event]:
 
 def _final_candidate(state: RunState, action: Action, drained: bool,
                      config: EngineConfig) -> list[Event]:
-    """The accept / suppress / checklist decision for a final-answer turn (S44–S46, S56)."""
+    """The accept / suppress / checklist decision for a final-answer turn."""
     if drained and state.iteration < state.max_iterations:
-        return _continue(state, config)  # S56: answer the follow-up first
+        return _continue(state, config)  # Answer the follow-up first
     if state.verify_pending:
-        # S46: the verification reply is consumed; ask again for the user-facing answer.
+        # The verification reply is consumed; ask again for the user-facing answer.
         state.verify_pending = False
         if state.iteration < state.max_iterations:
             state.messages.append(ChatMessage(role="user", content=P.ANSWER_REASK.format(query=state.query)))
             return _continue(state, config)
-        # S45: the checklist must never cost the run its answer. A reformat retry (S60) or
-        # an interrupt (S56) used the turn kept for asking again, so the answer the
+        # The checklist must never cost the run its answer. A reformat retry or
+        # an interrupt used the turn kept for asking again, so the answer the
         # checklist held back stands (the verification reply itself is never the answer).
         if state.checklist_candidate is not None:
             action = Action(type="final_answer", reasoning=action.reasoning,
@@ -297,7 +297,7 @@ def _final_candidate(state: RunState, action: Action, drained: bool,
 
 
 def _continue(state: RunState, config: EngineConfig) -> list[Event]:
-    """Go on to the next turn, or end with the max-iterations summary (S16)."""
+    """Go on to the next turn, or end with the max-iterations summary."""
     if state.iteration < state.max_iterations:
         state.phase = "llm"
         return []
@@ -312,7 +312,7 @@ def to_answer(state: RunState, answer: str) -> list[Event]:
 
 
 def llm_observation(outcome: ToolOutcome) -> str:
-    """What the LLM sees of a tool outcome (S10, S13, S62)."""
+    """What the LLM sees of a tool outcome."""
     if outcome.error is not None:
         return f"Error: {outcome.error}"
     if outcome.content_type in ("html", "markdown") and outcome.artifacts:
@@ -324,7 +324,7 @@ def llm_observation(outcome: ToolOutcome) -> str:
 
 def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupts: list[Interrupt],
                     config: EngineConfig, *, now: float) -> list[Event]:
-    """Append the turn's results in call order, then warnings, interrupts, reflection (S9, S11)."""
+    """Append the turn's results in call order, then warnings, interrupts, reflection."""
     calls = state.pending_calls + state.refused_calls
     outcomes = {**outcomes, **turncap.refused_outcomes(state, config.max_tool_calls_per_turn, now)}
     ordered = [outcomes[c.id] for c in calls]
@@ -381,7 +381,7 @@ def _iteration_done(state: RunState, call: ToolCallRequest, out: ToolOutcome, no
 
 
 def _cycle_warnings(state: RunState, calls: list[ToolCallRequest], config: EngineConfig) -> list[str]:
-    """S40–S42: count every call of the batch in call order; warn at the threshold and above."""
+    """Count every call of the batch in call order; warn at the threshold and above."""
     warnings = []
     for call in calls:
         key = f"{call.name}:{md5_args(call.arguments)}"
@@ -393,7 +393,7 @@ def _cycle_warnings(state: RunState, calls: list[ToolCallRequest], config: Engin
 
 
 def _maybe_reflect(state: RunState, config: EngineConfig) -> None:
-    """S37: every N tool-call turns, unless this was the last turn."""
+    """Every N tool-call turns, unless this was the last turn."""
     n = state.tool_call_count
     if n and n % config.self_reflection_interval == 0 and state.iteration < state.max_iterations:
         state.messages.append(ChatMessage(role="user", content=P.SELF_REFLECTION.format(n=n, query=state.query)))

@@ -1,4 +1,4 @@
-"""Every text the engine shows the LLM, in one place (the seed's wording where it gives one)."""
+"""Every text the engine shows the LLM, in one place (the wording where it gives one)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ COMPLETION_CHECKLIST = (
     "If everything checks out, proceed with your final answer. If not, continue investigating."
 )
 
-# S46 leaves the wording to us: the verification turn is consumed, then this asks for the
+# The wording is ours: the verification turn is consumed, then this asks for the
 # user-facing answer, so "Let me verify: 1. ... ✓" never becomes the answer.
 ANSWER_REASK = (
     "Thank you for checking. Now give the user-facing final answer to the original "
@@ -104,7 +104,7 @@ def date_line(now: float) -> str:
 
 
 def format_tools(tools: list[dict[str, Any]]) -> str:
-    """JSON-mode tool list: name, description and parameter schema of each tool (S4)."""
+    """JSON-mode tool list: name, description and parameter schema of each tool."""
     if not tools:
         return "(no tools available)"
     lines = []
@@ -117,7 +117,7 @@ def format_tools(tools: list[dict[str, Any]]) -> str:
 
 def system_prompt(mode: str, tools: list[dict[str, Any]], *, now: float,
                   override: str | None = None, extra: str | None = None) -> str:
-    """S4/S5: ``override`` replaces the default entirely; ``extra`` is appended to it."""
+    """``override`` replaces the default entirely; ``extra`` is appended to it."""
     if override is not None:
         return override
     base = _JSON_MODE_TEMPLATE.format(tools=format_tools(tools)) if mode == "json" else _NATIVE_TEMPLATE
@@ -128,7 +128,7 @@ def system_prompt(mode: str, tools: list[dict[str, Any]], *, now: float,
 
 
 def interrupt_message(contents: list[str]) -> str:
-    """S55: several drained interrupts become one combined message."""
+    """Several drained interrupts become one combined message."""
     if len(contents) == 1:
         return INTERRUPT_ONE.format(content=contents[0])
     numbered = "\n".join(f"{i}. {c}" for i, c in enumerate(contents, 1))

@@ -13,7 +13,7 @@ from typing import Any
 
 from reactq.shared.engine.state import RunState
 
-#: ``elapsed`` is in seconds with two decimals, like ``iter_elapsed`` (SPEC S78).
+#: ``elapsed`` is in seconds with two decimals, like ``iter_elapsed``.
 ELAPSED_DIGITS = 2
 
 
@@ -37,8 +37,8 @@ class RunResult:
 def run_result(state: RunState) -> RunResult:
     """The result of ``state`` (meaningful once the run ended).
 
-    ``iterations`` is 0 for a failed run (S80: ``done {answer: "Agent error: …",
-    iterations: 0}``; S78: ``done.iterations = result.iterations``).
+    ``iterations`` is 0 for a failed run (``done {answer: "Agent error: …",
+    iterations: 0}``; ``done.iterations = result.iterations``).
     """
     answer = state.final_answer if state.final_answer is not None else (state.answer or "")
     return RunResult(
@@ -54,7 +54,7 @@ def run_result(state: RunState) -> RunResult:
 
 
 def step_summary(state: RunState) -> str:
-    """S16: one line per step (the max-iterations and budget answers end with it)."""
+    """One line per step (the max-iterations and budget answers end with it)."""
     if not state.steps:
         return "(no steps taken)"
     lines = []
@@ -69,7 +69,7 @@ def step_summary(state: RunState) -> str:
 
 
 def run_tool_names(state: RunState) -> list[str]:
-    """The run's tools: the selection once made, else its allowlist (S35)."""
+    """The run's tools: the selection once made, else its allowlist."""
     return state.tool_names if state.tool_names is not None else state.available_tools
 
 

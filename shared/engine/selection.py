@@ -1,4 +1,4 @@
-"""Tool selection before the loop (SPEC S29–S34).
+"""Tool selection before the loop.
 
 When the registry holds more tools than the threshold, one cheap structured call picks
 the relevant ones from a compact catalog (names and one-line descriptions, no schemas).
@@ -40,7 +40,7 @@ SELECTION_SCHEMA: dict[str, Any] = {
 _FUNCTION_NAME = "select_tools"
 _NEWLINES = re.compile(r"\r\n|\r|\n")
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
-# S30: common English words that say nothing about which tool fits a query.
+# Common English words that say nothing about which tool fits a query.
 _STOP_WORDS = frozenset("""
     a an and are as at be but by can could do does for from get give has have how i if in
     into is it its me my of on or our please show should so than that the their them then
@@ -50,12 +50,12 @@ _STOP_WORDS = frozenset("""
 
 
 def needs_selection(registry_size: int, threshold: int = 12) -> bool:
-    """S29: selection runs only when there are strictly more tools than ``threshold``."""
+    """Selection runs only when there are strictly more tools than ``threshold``."""
     return registry_size > threshold
 
 
 def compact_catalog(registry: Iterable[Tool], desc_length: int = 80) -> str:
-    """S32: one ``- name: description`` line per tool, descriptions cut to ``desc_length``."""
+    """One ``- name: description`` line per tool, descriptions cut to ``desc_length``."""
     return "\n".join(
         f"- {tool.name}: {_short_description(tool.description, desc_length)}"
         for tool in registry
@@ -74,7 +74,7 @@ async def select_tools(
 ) -> list[str] | None:
     """Names of the tools to offer for ``query``, in registration order.
 
-    ``None`` means "use the full registry" (S33). Never raises, except cancellation.
+    ``None`` means "use the full registry". Never raises, except cancellation.
     """
     if keyword_shortcut:
         shortcut = keyword_select(query, registry, max_tools=max_tools)
@@ -84,7 +84,7 @@ async def select_tools(
         names = await _ask_llm(llm, query, registry, max_tools, desc_length)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 — S33: a failed selection is never fatal.
+    except Exception as exc:  # noqa: BLE001 — a failed selection is never fatal.
         logger.warning("Tool selection failed, using the full registry: %s", exc)
         return None
     if not names:
@@ -94,7 +94,7 @@ async def select_tools(
 
 async def _ask_llm(llm: LLM, query: str, registry: ToolRegistry, max_tools: int,
                    desc_length: int) -> list[str] | None:
-    """S31: the structured call; returns the known names it chose, or ``None``."""
+    """The structured call; returns the known names it chose, or ``None``."""
     messages = [
         ChatMessage(role="system", content=SELECTION_SYSTEM_PROMPT),
         ChatMessage(role="user", content=_selection_prompt(query, registry, max_tools,
@@ -118,7 +118,7 @@ def _selection_prompt(query: str, registry: ToolRegistry, max_tools: int,
 
 
 def _known_names(value: Any, registry: ToolRegistry, max_tools: int) -> list[str] | None:
-    """S33: only the first ``max_tools`` names count; unknown names are dropped."""
+    """Only the first ``max_tools`` names count; unknown names are dropped."""
     if not isinstance(value, dict):
         return None
     tools = value.get("tools")
@@ -130,7 +130,7 @@ def _known_names(value: Any, registry: ToolRegistry, max_tools: int) -> list[str
 
 def _with_pins(registry: ToolRegistry, names: Iterable[str],
                pinned: Sequence[str]) -> list[str]:
-    """S34: add back pinned tools that exist; keep the registry's own order."""
+    """Add back pinned tools that exist; keep the registry's own order."""
     wanted = set(names) | {p for p in pinned if p in registry}
     return [name for name in registry.names() if name in wanted]
 
@@ -143,7 +143,7 @@ def _short_description(description: str, desc_length: int) -> str:
 
 
 def keyword_select(query: str, registry: ToolRegistry, *, max_tools: int = 6) -> list[str]:
-    """S30 [U]: tools whose words clearly dominate the query's, or ``[]`` if unclear."""
+    """Tools whose words clearly dominate the query's, or ``[]`` if unclear."""
     words = _keywords(query)
     if not words:
         return []

@@ -23,7 +23,7 @@ TERMINAL_STATUSES: tuple[Status, ...] = ("succeeded", "failed", "cancelled")
 
 
 class StepRecord(BaseModel):
-    """One executed, failed or blocked tool call, or the accepted final answer (S14)."""
+    """One executed, failed or blocked tool call, or the accepted final answer."""
 
     type: Literal["tool_call", "final_answer"]
     iteration: int

@@ -43,7 +43,7 @@ class EngineDeps:
     registry: ToolRegistry
     hooks: HookRegistry = field(default_factory=HookRegistry)
     config: EngineConfig = field(default_factory=EngineConfig.defaults)
-    """Passed in by the shell (read from the environment at its edge); the seed's values by default."""
+    """Passed in by the shell (read from the environment at its edge); the values by default."""
     guard: ContextGuard | None = None
     selection_llm: LLM | None = None
     clock: Callable[[], float] = time.time
@@ -61,7 +61,7 @@ class EngineDeps:
         return found
 
     def run_registry(self, state: RunState) -> ToolRegistry:
-        """The run's effective tools: the allowlist, narrowed by selection (S35)."""
+        """The run's effective tools: the allowlist, narrowed by selection."""
         return self._tool_set(state)[0]
 
     def schemas(self, state: RunState) -> list[dict[str, Any]]:
@@ -82,7 +82,7 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])
         available = deps.registry.filtered(state.available_tools)
-        # On a thread, "and the other one?" needs the conversation to pick tools (S81 block).
+        # On a thread, "and the other one?" needs the conversation to pick tools (the previous-conversation block).
         selected = await select_tools(
             deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
             max_tools=deps.config.tool_selection_max,
@@ -118,7 +118,7 @@ async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: s
 
 
 async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
-    """``RunTools`` in one process: every call of the turn concurrently (S11)."""
+    """``RunTools`` in one process: every call of the turn concurrently."""
     if len(state.pending_calls) == 1:  # nothing to run beside it: no task to schedule
         outcomes = [await run_tool(state, deps, state.pending_calls[0].id)]
     else:
@@ -137,7 +137,7 @@ async def finish_tools(state: RunState, deps: EngineDeps, io: StepIO,
 
 async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
                       published_seq: int = 0) -> Advance:
-    """``Answer``: stream the synthesis; on failure fall back to the loop's answer (S52).
+    """``Answer``: stream the synthesis; on failure fall back to the loop's answer.
     A model without answer synthesis (its registry entry) streams the loop's answer.
 
     ``published_seq`` > ``state.seq`` means an earlier attempt of this step already streamed

@@ -1,4 +1,4 @@
-"""``structured_llm_call``: the single entry point for JSON-schema output (SPEC S19–S28).
+"""``structured_llm_call``: the single entry point for JSON-schema output.
 
 Three levels are tried in order, each only if the model can do it:
 
@@ -97,13 +97,13 @@ class _Session:
     last_content: str = ""
 
     async def chat(self, messages: list[ChatMessage], **kwargs: Any) -> LLMResult | None:
-        """One counted LLM call; an exception is logged and reported as ``None`` (S24)."""
+        """One counted LLM call; an exception is logged and reported as ``None``."""
         self.calls += 1
         try:
             result = await self.llm.chat(
                 messages, temperature=self.temperature, max_tokens=self.max_tokens, **kwargs
             )
-        except Exception as exc:  # noqa: BLE001 — S24: any LLM failure is a failed attempt.
+        except Exception as exc:  # noqa: BLE001 — any LLM failure is a failed attempt.
             logger.warning("structured_llm_call(%s): LLM call failed: %s",
                            self.function_name, exc)
             return None
@@ -152,7 +152,7 @@ async def structured_llm_call(
 
 
 def _levels(llm: LLM) -> list[Level]:
-    """S20: the levels this model supports, in degradation order."""
+    """The levels this model supports, in degradation order."""
     levels: list[Level] = []
     if ability(llm, "tool_call") and ability(llm, "tool_choice", default=True):
         levels.append("native_fc")
@@ -163,7 +163,7 @@ def _levels(llm: LLM) -> list[Level]:
 
 
 async def _run_level(session: _Session, level: Level) -> _Attempt:
-    """One level: a first attempt, plus for text levels one reformat retry (S23)."""
+    """One level: a first attempt, plus for text levels one reformat retry."""
     if level == "native_fc":
         return await _native_attempt(session)
     first = await _text_attempt(session, level, session.messages)
@@ -179,7 +179,7 @@ async def _run_level(session: _Session, level: Level) -> _Attempt:
 
 
 async def _native_attempt(session: _Session) -> _Attempt:
-    """S21: a forced call of the one function whose parameters are the schema."""
+    """A forced call of the one function whose parameters are the schema."""
     tool = {"type": "function", "function": {
         "name": session.function_name,
         "description": _FC_DESCRIPTION,
@@ -202,7 +202,7 @@ async def _native_attempt(session: _Session) -> _Attempt:
 
 async def _text_attempt(session: _Session, level: Level,
                         messages: list[ChatMessage]) -> _Attempt:
-    """S22: a ``json_mode`` or ``plain_text`` call and its extraction."""
+    """A ``json_mode`` or ``plain_text`` call and its extraction."""
     kwargs: dict[str, Any] = {}
     if level == "json_mode":
         kwargs["response_format"] = {"type": "json_object"}
@@ -241,19 +241,19 @@ def _regex_data(regex_fallback: Callable[[str], dict[str, Any] | None] | None,
 
 def _apply_parse(parse_fn: Callable[[dict[str, Any]], Any] | None,
                  data: dict[str, Any]) -> tuple[Any, bool]:
-    """S25: ``(value, ok)``; ``None`` or any exception from ``parse_fn`` is a failure."""
+    """``(value, ok)``; ``None`` or any exception from ``parse_fn`` is a failure."""
     if parse_fn is None:
         return data, True
     try:
         value = parse_fn(data)
-    except Exception as exc:  # noqa: BLE001 — S25: any parse error degrades.
+    except Exception as exc:  # noqa: BLE001 — any parse error degrades.
         logger.debug("parse_fn rejected structured data: %s", exc)
         return None, False
     return value, value is not None
 
 
 def _failure_message(last_content: str) -> str:
-    """S27: the error names the last non-empty content, cut to 200 chars."""
+    """The error names the last non-empty content, cut to 200 chars."""
     snippet = last_content[:_ERROR_SNIPPET]
     if len(last_content) > _ERROR_SNIPPET:
         snippet += "..."

@@ -1,4 +1,4 @@
-"""Answer synthesis (seed "Answer Synthesis"): the prompt over the trace, and the fallback."""
+"""Answer synthesis: the prompt over the trace, and the fallback."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from reactq.shared.models import ChatMessage
 
 def synthesis_messages(state: RunState, *, directive: str | None = None,
                        language_directive: str | None = None) -> list[ChatMessage]:
-    """S50/S51: the synthesizer's system prompt and ``Question: … Agent execution trace: …``.
+    """The synthesizer's system prompt and ``Question: … Agent execution trace: …``.
 
     The trace holds every tool call and its result (cut when recorded), in both modes; the
-    completion checklist and its verification reply are never part of it (S47).
+    completion checklist and its verification reply are never part of it.
     ``directive`` defaults to the run's extra instructions, so the synthesizer, which writes
     what the user reads, follows them as the loop did ("always answer in French").
     """
@@ -30,14 +30,14 @@ def synthesis_messages(state: RunState, *, directive: str | None = None,
         trace += f"\nAssistant answer draft: {state.answer}"
     return [
         ChatMessage(role="system", content=system),
-        # On a thread the question comes with the seed's "Previous conversation" block (S81).
+        # On a thread the question comes with the "Previous conversation" block.
         ChatMessage(role="user", content=f"Question: {enriched_query(state.history, state.query)}"
                                          f"\n\nAgent execution trace:\n{trace}"),
     ]
 
 
 def fallback_chunks(text: str, size: int = 30) -> list[str]:
-    """S52: the loop's answer as ~``size``-char chunks split at word boundaries.
+    """The loop's answer as ~``size``-char chunks split at word boundaries.
 
     Joining the chunks gives back ``text`` exactly.
     """

@@ -1,7 +1,7 @@
 """Running one tool call: PreToolUse hooks → lookup → validated call → PostToolUse hooks.
 
 Hooks run here, in the worker that executes the tool, outside anything the LLM controls
-(S36d). Errors never escape: they become the outcome's ``error`` (S59), except
+Errors never escape: they become the outcome's ``error``, except
 cancellation, which propagates.
 """
 
@@ -51,7 +51,7 @@ async def execute_call(
         raise
     except (ToolNotFound, ToolError) as exc:
         out.error = str(exc)
-    except Exception as exc:  # S59: the LLM sees the failure and may retry differently
+    except Exception as exc:  # The LLM sees the failure and may retry differently
         out.error = f"{type(exc).__name__}: {exc}"
     else:
         content = result.content if isinstance(result, ToolResult) else result
@@ -69,7 +69,7 @@ async def execute_call(
 
 
 def _requires_confirmation(registry: ToolRegistry, call: ToolCallRequest) -> bool:
-    """S36e: ``requires_confirmation_for(args)`` when the tool has it, else the attribute."""
+    """``requires_confirmation_for(args)`` when the tool has it, else the attribute."""
     if call.name not in registry:
         return False
     tool = registry.get(call.name)

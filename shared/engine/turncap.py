@@ -1,4 +1,4 @@
-"""At most ``REACTQ_MAX_TOOL_CALLS_PER_TURN`` calls of one LLM reply run (issue 10, item 3).
+"""At most ``REACTQ_MAX_TOOL_CALLS_PER_TURN`` calls of one LLM reply run.
 
 One reply with 32 slow calls must not occupy a fleet. The calls past the cap stay in the
 assistant message (every call of a reply needs its answer in the history) and are answered

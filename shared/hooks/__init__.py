@@ -1,7 +1,7 @@
 """Hooks: the deterministic enforcement layer around every tool call.
 
 * ``base``: the hook types and the registry (what a hook author uses),
-* ``builtins``: the seed's built-in hooks (``read_only_mode``, ``deny_tools``, ``rate_limiter``,
+* ``builtins``: the built-in hooks (``read_only_mode``, ``deny_tools``, ``rate_limiter``,
   ``connector_call_logger``, …),
 * ``loader``: ``REACTQ_HOOKS`` (``module:attr`` entries) plus the built-ins.
 """

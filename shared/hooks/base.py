@@ -1,10 +1,10 @@
-"""Tool-execution hooks: the deterministic enforcement layer (seed "Tool Execution Hooks").
+"""Tool-execution hooks: the deterministic enforcement layer.
 
 Hooks run in the worker, around every tool call, outside the LLM loop: nothing the LLM
 says can skip them. ``PRE_TOOL_USE`` hooks may block a call or rewrite its arguments;
 ``POST_TOOL_USE`` hooks may rewrite the observation. Hooks of one point run in ascending
 priority (ties in registration order); a hook that raises is logged as a side effect and
-never crashes the run (SPEC S36–S36d).
+never crashes the run.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class HookRegistry:
             res: object = hook.handler(ctx)
             if inspect.isawaitable(res):  # a plain (sync) handler is tolerated too
                 res = await res
-        except Exception:  # a hook can never crash the agent (S36a)
+        except Exception:  # a hook can never crash the agent
             log.exception("hook %s failed", hook.name)
             return HookResult(allow=True, side_effects=[f"Hook '{hook.name}' failed with exception"])
         if res is None:  # a handler that forgot to return means "no opinion"
@@ -119,7 +119,7 @@ class HookRegistry:
         return res
 
     async def run_pre_tool(self, ctx: HookContext) -> HookResult:
-        """Run PRE hooks; the first ``allow=False`` stops the chain (S36b)."""
+        """Run PRE hooks; the first ``allow=False`` stops the chain."""
         args = dict(ctx.tool_args or {})
         modified: dict[str, Any] | None = None
         effects: list[str] = []
@@ -139,7 +139,7 @@ class HookRegistry:
         return HookResult(allow=True, modified_args=modified, side_effects=effects)
 
     async def run_post_tool(self, ctx: HookContext) -> HookResult:
-        """Run POST hooks, each fed the result as rewritten so far (S36c)."""
+        """Run POST hooks, each fed the result as rewritten so far."""
         result = ctx.tool_result
         modified: str | None = None
         effects: list[str] = []

@@ -1,4 +1,4 @@
-"""Ready-made hooks: the upstream built-ins (SPEC S36f) and two policy examples.
+"""Ready-made hooks: the upstream built-ins and two policy examples.
 
 ==========================  =====  ========  ==============================================
 hook                        point  priority  what it does
@@ -13,9 +13,10 @@ hook                        point  priority  what it does
 ``result_truncator``, ``rate_limiter`` and ``connector_call_logger`` are module-level
 instances; ``make_result_truncator``, ``make_rate_limiter`` build fresh ones with other
 limits (and, for tests, another clock). :func:`builtin_hooks` returns fresh instances of
-the three S36f hooks — what :func:`reactq.shared.hooks.loader.default_hooks` registers.
+the three built-in hooks — what :func:`reactq.shared.hooks.loader.default_hooks` registers.
 
-The rate limiter's counters live in memory, so with Celery the limit holds **per worker
+Workers build the rate limiter from ``REACTQ_CONNECTOR_RATE_LIMIT`` (calls, default 10; 0 turns
+it off) and ``REACTQ_CONNECTOR_RATE_WINDOW_S`` (seconds, default 60). Its counters live in memory, so with Celery the limit holds **per worker
 process**, not across the cluster. Connector tools are the ones whose name contains
 ``__`` (``github__create_issue``); others are never limited.
 
@@ -62,7 +63,7 @@ CONNECTOR_TOOLS = "*__*"
 
 
 def make_result_truncator(max_chars: int = 8000, *, priority: int = 100) -> Hook:
-    """A POST hook cutting results longer than ``max_chars`` (S36f)."""
+    """A POST hook cutting results longer than ``max_chars``."""
 
     async def truncate(ctx: HookContext) -> HookResult:
         result = ctx.tool_result
@@ -122,7 +123,7 @@ def make_rate_limiter(
     clock: Callable[[], float] = time.monotonic,
     priority: int = 0,
 ) -> Hook:
-    """A PRE hook allowing at most ``max_calls`` per tool per ``window_seconds`` (S36f)."""
+    """A PRE hook allowing at most ``max_calls`` per tool per ``window_seconds``."""
     if max_calls < 1 or window_seconds <= 0:
         raise ConfigError("rate_limiter: max_calls must be >= 1 and window_seconds > 0")
     limiter = _SlidingWindow(max_calls, window_seconds, clock)
@@ -167,9 +168,12 @@ rate_limiter: Hook = make_rate_limiter()
 connector_call_logger: Hook = make_connector_call_logger()
 
 
-def builtin_hooks() -> list[Hook]:
-    """Fresh instances of the S36f built-ins (a new rate-limit window each call)."""
-    return [make_result_truncator(), make_rate_limiter(), make_connector_call_logger()]
+def builtin_hooks(*, rate_limit: int = 10, rate_window_s: float = 60.0) -> list[Hook]:
+    """Fresh instances of the built-in hooks (a new rate-limit window each call): the rate
+    limiter allows ``rate_limit`` calls per connector tool per ``rate_window_s``, and is left
+    out when ``rate_limit`` is 0 (``REACTQ_CONNECTOR_RATE_LIMIT``)."""
+    limiter = [make_rate_limiter(rate_limit, rate_window_s)] if rate_limit > 0 else []
+    return [make_result_truncator(), *limiter, make_connector_call_logger()]
 
 
 # --------------------------------------------------------------------------- policy examples
@@ -227,7 +231,7 @@ def read_only_mode(
 
     A call is blocked when a word of the tool's name (split at ``_``, ``-``, ``.`` and
     camelCase) is one of ``write_verbs`` or the tool declares ``requires_confirmation``
-    (hook metadata, S36e), unless the name matches one of the ``allow`` globs. This is a
+    (hook metadata), unless the name matches one of the ``allow`` globs. This is a
     heuristic by name: name tools accordingly, or combine it with :func:`deny_tools`.
     """
     verbs = {v.lower() for v in write_verbs}

@@ -9,7 +9,7 @@
         return reactq.HookResult()
 
 The point is a :class:`~reactq.shared.hooks.HookPoint` or its value (``"pre_tool_use"``,
-``"post_tool_use"``, ``"session_start"``; the seed's spellings ``"PreToolUse"``,
+``"post_tool_use"``, ``"session_start"``; the spellings ``"PreToolUse"``,
 ``"PostToolUse"``, ``"SessionStart"`` are accepted too). ``tools`` is an fnmatch glob on the
 tool name (``"crm__*"`` for every tool of the MCP server ``crm``). The handler may be sync or
 async and returns a :class:`~reactq.shared.hooks.HookResult` (``None`` means no opinion).

@@ -10,11 +10,12 @@
   e.g. ``reactq.shared.hooks.builtins:read_only_mode``).
 
 Every problem is a :class:`~reactq.shared.errors.ConfigError` naming the entry and the reason.
-Hooks are loaded in the worker (DESIGN invariant 4): the gateway never imports them.
+Hooks are loaded in the worker: the gateway never imports them.
 
-:func:`default_hooks` is what workers use: fresh instances of the S36f built-ins
-(``result_truncator``, ``rate_limiter``, ``connector_call_logger``; see
-:mod:`reactq.shared.hooks.builtins`) followed by the loaded hooks. Pass ``builtins=False`` to
+:func:`default_hooks` is what workers use: fresh instances of the built-in hooks
+(``result_truncator``, ``rate_limiter`` as ``REACTQ_CONNECTOR_RATE_LIMIT`` /
+``REACTQ_CONNECTOR_RATE_WINDOW_S`` set it, or none when the limit is 0,
+``connector_call_logger``; see :mod:`reactq.shared.hooks.builtins`) followed by the loaded hooks. Pass ``builtins=False`` to
 leave the built-ins out.
 """
 
@@ -44,8 +45,10 @@ def load_hooks(
 
 
 def default_hooks(settings: Settings, *, builtins: bool = True) -> HookRegistry:
-    """The S36f built-ins (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
-    registry = HookRegistry(builtin_hooks() if builtins else ())
+    """The built-in hooks (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
+    registry = HookRegistry(builtin_hooks(rate_limit=settings.connector_rate_limit,
+                                          rate_window_s=settings.connector_rate_window_s)
+                            if builtins else ())
     for hook in load_hooks(settings.hooks):
         registry.register(hook)
     return registry

@@ -18,7 +18,7 @@ class _Slot:
 
 
 class ToolCallAssembler:
-    """Assembles streamed tool-call fragments into ``ToolCallRequest``s (SPEC §3 item 8).
+    """Assembles streamed tool-call fragments into ``ToolCallRequest``s.
 
     Fragments are grouped by ``index``. ``id`` and ``name`` are taken once per call (llama.cpp
     repeats them in every chunk; concatenating would give ``call_1call_1``). A *different* id

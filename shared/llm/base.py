@@ -70,7 +70,7 @@ class DelegatingLLM:
 
 
 def ability(llm: LLM, key: str, default: bool = False) -> bool:
-    """``llm.abilities[key]`` with a default for a missing key (SPEC §0.1)."""
+    """``llm.abilities[key]`` with a default for a missing key."""
     return bool(llm.abilities.get(key, default))
 
 

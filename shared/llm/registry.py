@@ -1,14 +1,13 @@
-"""The model registry: named LLMs with roles (SPEC S95–S97), loaded from TOML or the environment.
+"""The model registry: named LLMs with roles, loaded from TOML or the environment.
 
 Roles in use: ``general`` (the default), ``fast``, ``reasoning``, ``smart`` (DAG planner,
 analyzer and synthesis). Any other role string is accepted and simply looked up by name.
 
 What callers may rely on:
 
-* ``ModelRegistry`` behaves as SPEC S95 says; ``resolve(hint)`` is S97's role lookup with
-  the fallback to the default model.
-* ``load_registry(settings)`` reads ``settings.models`` (a TOML file, see DESIGN.md "Model
-  registry file") or, without a file, registers one model named ``settings.model`` under
+* ``resolve(hint)`` looks a role or a model name up, falling back to the default model.
+* ``load_registry(settings)`` reads ``settings.models`` (a TOML file, see the model-registry
+  reference in the docs) or, without a file, registers one model named ``settings.model`` under
   every role. Every problem in the file raises ``ConfigError`` naming the file, the
   ``[models.<name>]`` entry and the field.
 * API keys are read from the environment variable named by ``api_key_env`` when the file is
@@ -34,7 +33,7 @@ from reactq.shared.settings import Settings, environment
 __all__ = ["ModelRegistry", "ModelSpec", "ModelEntry", "Abilities", "DEFAULT_ROLES",
            "load_model_specs", "load_registry"]
 
-#: Roles the env-only registry gives its single model (DESIGN.md).
+#: Roles the env-only registry gives its single model.
 DEFAULT_ROLES: tuple[str, ...] = ("general", "fast", "reasoning", "smart")
 
 
@@ -45,14 +44,21 @@ class Abilities(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tool_call: StrictBool | None = None
+    """The model calls tools natively (OpenAI ``tools``); otherwise actions are asked for as JSON."""
     json_mode: StrictBool | None = None
+    """The server honours ``response_format: json_object``."""
     vision: StrictBool | None = None
+    """The model reads images."""
     streaming: StrictBool | None = None
+    """The server streams replies (the answer is then streamed delta by delta)."""
     thinking: StrictBool | None = None
+    """The model returns its reasoning separately."""
     tool_choice: StrictBool | None = None
+    """The server honours ``tool_choice`` (assumed true when unset)."""
     # The server constrains a reply to a JSON schema given with the request (llama.cpp's
     # grammars, vLLM): JSON-mode turns then send the action's schema (engine/action_schema.py).
     json_schema: StrictBool | None = None
+    """The server constrains a reply to a JSON schema sent with the request (llama.cpp grammars, vLLM)."""
 
     def as_dict(self) -> dict[str, bool]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -65,34 +71,53 @@ class ModelEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
+    """The provider's model name, sent as ``model`` in every request."""
     base_url: str | None = None
+    """Base URL of the OpenAI-compatible API (default: the provider's, or ``OPENAI_BASE_URL``)."""
     api_key_env: str | None = Field(None, min_length=1)
+    """Name of the environment variable holding the API key (read when the file is loaded; unset is an error)."""
     roles: list[str] = Field(default_factory=list)
+    """Roles this model serves: ``general`` (the default), ``fast``, ``reasoning``, ``smart`` (DAG planner, analyzer, synthesis), or any other name."""
     abilities: Abilities = Field(default_factory=Abilities)
+    """What the model can do (the ``abilities`` table below); missing means no, except ``tool_choice``."""
     context_size: int | None = Field(None, gt=0)
+    """The model's context window in tokens; the context guard compacts older turns to stay within it."""
     max_tokens: int | None = Field(None, gt=0)
+    """Default ``max_tokens`` of a completion."""
     temperature: float | None = Field(None, ge=0, le=2)
+    """Default sampling temperature."""
     max_retries: int = Field(2, ge=0, le=20)
+    """Retries of a failed provider call (connection errors, 429, 5xx) before the error is the run's."""
     timeout: float = Field(60.0, gt=0)
+    """Seconds one provider call may take."""
     extra_headers: dict[str, str] = Field(default_factory=dict)
+    """HTTP headers added to every request to this model."""
     # "user": send tool results as user messages, for chat templates that drop `tool`
     # messages (llama.cpp's chatml-function-calling; see shared/llm/shapes.py).
     tool_results_as: Literal["tool", "user"] = "tool"
+    """``user``: tool results go as user messages, for chat templates that drop ``tool`` messages."""
     # How a JSON schema for the reply is sent (abilities.json_schema): OpenAI's
     # {"type": "json_schema", ...}, or {"type": "json_object", "schema": ...} (llama-cpp-python).
     json_schema_as: Literal["json_schema", "json_object"] = "json_schema"
+    """How a reply schema is sent: OpenAI's ``json_schema`` form, or ``json_object`` with a ``schema`` (llama-cpp-python)."""
     # Fields added to every chat request as they are: server-specific sampling options such
     # as llama.cpp's repeat_penalty. The request's own fields win.
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    # For small models (the bundled SmolLM2, README "First run"): after this many turns with
+    """Fields added to every chat request as they are (e.g. llama.cpp's ``repeat_penalty``); the request's own fields win."""
+    # For small models (the bundled SmolLM2, see the local-model guide): after this many turns with
     # tool calls the model may only answer (JSON schema / tool_choice "none"), and without
     # answer synthesis the loop's answer is the run's answer.
     max_tool_turns: int | None = Field(None, ge=1)
+    """For small models: after this many turns with tool calls the model may only answer."""
     answer_synthesis: StrictBool = True
+    """Stream a separate synthesis of the answer; false: the loop's own answer is the run's answer."""
     # Flow control, cluster-wide (reactq.shared.flow): requests / tokens per minute, calls in flight.
     rpm: int | None = Field(None, gt=0)
+    """Requests per minute to this model, across the whole cluster (flow control)."""
     tpm: int | None = Field(None, gt=0)
+    """Tokens per minute to this model, across the whole cluster (prompt + reserved completion)."""
     max_concurrency: int | None = Field(None, gt=0)
+    """Calls to this model in flight at once, across the whole cluster."""
 
 
 class _RegistryFile(BaseModel):
@@ -120,7 +145,7 @@ class ModelSpec(BaseModel):
 
 
 class ModelRegistry:
-    """Named LLMs with roles, in registration order (SPEC S95)."""
+    """Named LLMs with roles, in registration order."""
 
     def __init__(self) -> None:
         self._models: dict[str, LLM] = {}
@@ -162,7 +187,7 @@ class ModelRegistry:
 
     def resolve(self, hint: str | None) -> LLM:
         """The model for a role hint (``None`` ⇒ ``general``), falling back to the default
-        when no model has that role (SPEC S97). Empty registry ⇒ ``RuntimeError``."""
+        when no model has that role. Empty registry ⇒ ``RuntimeError``."""
         try:
             return self.get_by_role(hint or "general")
         except KeyError:

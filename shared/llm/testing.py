@@ -1,7 +1,7 @@
 """In-process LLM fakes for tests: ``FunctionLLM`` and ``ScriptedLLM``, plus reply builders.
 
 ``ScriptedLLM`` returns pre-set replies in order; ``chat()`` and ``stream_chat()`` share one
-counter (SPEC §0). A test that forgets to script a reply fails loudly with
+counter. A test that forgets to script a reply fails loudly with
 ``UnexpectedModelCall`` unless ``repeat_last=True`` (the upstream fixture's behaviour,
 used for max-iteration scenarios). Every call is recorded in ``calls``.
 """

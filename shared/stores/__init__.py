@@ -1,1 +1,1 @@
-"""Every module that reads or writes Redis for one kind of record."""
+"""Every module that reads or writes Redis."""

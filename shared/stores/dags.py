@@ -27,6 +27,7 @@ from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
 from reactq.shared.stores.idempotency import arm_if_queued, claim, write_if_absent
 from reactq.shared.keys import Keys
+from reactq.shared.stores.listing import dag_index
 
 from reactq.shared.dag.machine import result_of
 from reactq.shared.dag.state import DagState, dump_dag, load_dag
@@ -100,6 +101,7 @@ class DagStore:
         wrote. A creator that loses the key to another id removes the DAG it wrote."""
         now = f"{time.time():.6f}"
         key = self.keys.dag(dag_id)
+        dag_index(self.r, self.keys, self.ttl).add(dag_id, float(now))  # before the DAG: see the index
         fields: dict[Any, str | int] = {
             "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
             "version": 0, "pub_seq": 0, "phase": "planning", "round": 0}

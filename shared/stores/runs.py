@@ -101,7 +101,8 @@ class RunStore:
 
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
-               batch_id: str | None = None) -> tuple[str, bool]:
+               batch_id: str | None = None, schedule_id: str | None = None,
+               scheduled_for: str | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
@@ -112,6 +113,9 @@ class RunStore:
         ``reactq.shared.stores.idempotency``), so a key never points at no run. With a key, pass the
         id ``idempotent_id(key)`` names: the record is written only if absent, so the retry
         of a submitter killed before its claim finds and claims the run it wrote.
+
+        A schedule's run records ``schedule_id`` (and, for a tick, ``scheduled_for``: the
+        nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{id}``.
         """
         now = time.time()
         key = self.keys.run(run_id)
@@ -123,11 +127,15 @@ class RunStore:
             fields["batch_id"] = batch_id
         if thread_id:
             fields["thread_id"] = thread_id
+        if schedule_id:
+            fields["schedule_id"] = schedule_id
+        if scheduled_for:
+            fields["scheduled_for"] = scheduled_for
         due = {run_member(run_id): deadline_ms(self.due_seconds)}
         pipe = self.r.pipeline(transaction=False)  # one round trip on one server
         if idempotency_key is None:
             pipe.hset(key, mapping=fields)
-            self._index(pipe, run_id, now, batch_id, thread_id)
+            self._index(pipe, run_id, now, batch_id, thread_id, schedule_id)
             # Due from the moment it exists (its first message may be lost with a worker).
             pipe.zadd(self.keys.due, due)
             pipe.execute()
@@ -137,7 +145,7 @@ class RunStore:
         # is due before the key is ours, and a record that exists is never rewritten.
         wrote = write_if_absent(self.r, key, fields)
         if wrote:
-            self._index(pipe, run_id, now, batch_id, thread_id)
+            self._index(pipe, run_id, now, batch_id, thread_id, schedule_id)
             pipe.execute()
         existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
         if existing is None:
@@ -153,13 +161,15 @@ class RunStore:
             pipe.execute()
         return existing, False
 
-    def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str) -> None:
+    def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
+               schedule_id: str | None = None) -> None:
         """The run's rows in the run index (``reactq.shared.stores.runs_index``)."""
         for index in (self.keys.runs, self.keys.runs_status("queued")):
             pipe.zadd(index, {run_id: now})
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
-                     ([self.keys.runs_thread(thread_id)] if thread_id else []):
+                     ([self.keys.runs_thread(thread_id)] if thread_id else []) + \
+                     ([self.keys.runs_schedule(schedule_id)] if schedule_id else []):
             pipe.zadd(index, {run_id: now})
             pipe.expire(index, self._index_ttl)
 
@@ -204,13 +214,18 @@ class RunStore:
 
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
-        fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq")
+        fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq",
+                              "schedule_id", "scheduled_for")
         if fields[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        status, created, updated, result, pub = (None if v is None else text(v) for v in fields)
-        return {"run_id": run_id, "status": status, "created_at": float(created or 0),
-                "updated_at": float(updated or 0), "events": int(pub or 0),
-                "result": json.loads(result) if result else None}
+        status, created, updated, result, pub, schedule_id, scheduled_for = (
+            None if v is None else text(v) for v in fields)
+        out = {"run_id": run_id, "status": status, "created_at": float(created or 0),
+               "updated_at": float(updated or 0), "events": int(pub or 0),
+               "result": json.loads(result) if result else None}
+        if schedule_id:  # a schedule's run says so (a tick's also which tick)
+            out.update(schedule_id=schedule_id, scheduled_for=scheduled_for)
+        return out
 
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event], *,
                turn_began: float | None = None, ops: list[Op] | None = None,

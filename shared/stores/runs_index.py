@@ -5,8 +5,9 @@ itself, so the index never names a run that was not stored:
 
 * ``runs`` — every run, score = ``created_at`` (pruned at each create, as before);
 * ``runs:status:{status}`` — moved from set to set by ``commit`` when the status changes;
-* ``runs:batch:{id}`` / ``runs:thread:{id}`` — written at create for a run that belongs to
-  an HTTP batch or carries a ``thread_id``; their TTL is refreshed at each create.
+* ``runs:batch:{id}`` / ``runs:thread:{id}`` / ``runs:schedule:{id}`` — written at create for
+  a run that belongs to an HTTP batch, carries a ``thread_id`` or was started by a schedule;
+  their TTL is refreshed at each create.
 
 A listing reads one set (the most selective filter: batch, thread, status, else all), then
 the candidates' run hashes, and keeps those that match *every* filter as the run hash says
@@ -36,7 +37,7 @@ MAX_LIMIT = 500
 # One listing reads at most this many candidates (filters that match little stop early
 # and hand back a cursor to go on from, rather than walking a huge set in one request).
 MAX_SCANNED = 5000
-_FIELDS = ("status", "created_at", "updated_at", "request", "result", "batch_id")
+_FIELDS = ("status", "created_at", "updated_at", "request", "result", "batch_id", "schedule_id", "scheduled_for")
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class RunFilter:
     status: str | None = None
     batch_id: str | None = None
     thread_id: str | None = None
+    schedule_id: str | None = None
 
 
 def encode_cursor(score: float, run_id: str) -> str:
@@ -81,13 +83,16 @@ def summary(run_id: str, fields: dict[str, str | None]) -> dict[str, Any]:
         "updated_at": float(fields["updated_at"] or 0),
         "batch_id": fields.get("batch_id"),
         "thread_id": request.get("thread_id"),
+        "schedule_id": fields.get("schedule_id"),
+        "scheduled_for": fields.get("scheduled_for"),
     }
 
 
 def _matches(f: RunFilter, row: dict[str, Any]) -> bool:
     return ((f.status is None or row["status"] == f.status)
             and (f.batch_id is None or row["batch_id"] == f.batch_id)
-            and (f.thread_id is None or row["thread_id"] == f.thread_id))
+            and (f.thread_id is None or row["thread_id"] == f.thread_id)
+            and (f.schedule_id is None or row["schedule_id"] == f.schedule_id))
 
 
 class RunsIndex:
@@ -102,6 +107,8 @@ class RunsIndex:
             return self.keys.runs_batch(f.batch_id)
         if f.thread_id is not None:
             return self.keys.runs_thread(f.thread_id)
+        if f.schedule_id is not None:
+            return self.keys.runs_schedule(f.schedule_id)
         if f.status is not None:
             return self.keys.runs_status(f.status)
         return self.keys.runs
@@ -121,7 +128,7 @@ class RunsIndex:
         last: tuple[float, str] | None = after
         # With at most one filter that the set itself answers (batch, thread, none), every
         # live candidate is a row: read no more than the page. Otherwise expect misses.
-        exact = sum(x is not None for x in (f.status, f.batch_id, f.thread_id)) <= 1 and f.status is None
+        exact = sum(x is not None for x in (f.status, f.batch_id, f.thread_id, f.schedule_id)) <= 1 and f.status is None
         while len(rows) < limit and scanned < MAX_SCANNED:
             chunk = limit if exact else max(limit * 2, 50)
             cands = self._candidates(key, top, after, chunk)

@@ -3,7 +3,7 @@
 A run (``reactq:run:{id}``) and a DAG (``reactq:dag:{id}``) each keep a hash whose
 ``pub_seq`` field is the last event seq already on their events stream. Publishing skips
 every event whose seq is not above it, so an event is on the stream exactly once however
-often the step that made it is retried (DESIGN "exactly-once events"). Readers page through
+often the step that made it is retried. Readers page through
 the stream by stream id, which is what SSE clients send back as ``Last-Event-ID``.
 """
 

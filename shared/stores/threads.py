@@ -1,5 +1,4 @@
-"""Threads in Redis: a conversation's history, its active run, its queue (DESIGN "Threads and
-double texting").
+"""Threads in Redis: a conversation's history, its active run, its queue.
 
 Every decision about a thread is one Lua script over the thread's own keys (they share the
 ``{thread_id}`` hash tag, so a Redis Cluster runs each script on one slot):

@@ -1,6 +1,6 @@
 """Tool calls in tool-runner processes: a hard deadline, and a worker that stays alive.
 
-Why a process per call in flight (see README, "Durability"): a tool that holds the GIL (a
+Why a process per call in flight (see the docs, "Durability and recovery"): a tool that holds the GIL (a
 C-level loop, a big regex) starves every thread of its process, the lease heartbeat
 included, so its lease expires and the call is sent again although it still runs; and no
 Python-level timeout can stop such a call. Run in a child process, the tool holds only the
@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from reactq.shared.errors import ToolError
-from reactq.shared.tools.runner import read_frame, write_frame
+from reactq.shared.tools.frames import read_frame, write_frame
 
 log = logging.getLogger(__name__)
 

@@ -24,37 +24,13 @@ import math
 import os
 import pickle
 import signal
-import struct
 import sys
 from typing import Any
 
-_HEADER = struct.Struct("!I")
+from reactq.shared.tools.frames import read_frame, write_frame
+
 #: Seconds past a call's deadline after which the kernel kills a child nobody killed.
 ALARM_GRACE = 2
-
-
-def read_frame(fd: int) -> Any:
-    """One pickled frame from ``fd``; EOFError when the other side closed the pipe."""
-    head = _read_exact(fd, _HEADER.size)
-    return pickle.loads(_read_exact(fd, _HEADER.unpack(head)[0]))
-
-
-def write_frame(fd: int, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    view = memoryview(_HEADER.pack(len(data)) + data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    parts: list[bytes] = []
-    while n:
-        chunk = os.read(fd, n)
-        if not chunk:
-            raise EOFError
-        parts.append(chunk)
-        n -= len(chunk)
-    return b"".join(parts)
 
 
 def _die_with_parent(parent_pid: int) -> None:

@@ -257,7 +257,7 @@ def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
         REACTQ_TOOLS="tests.integration.tools:TOOLS",
         REACTQ_LEASE_SECONDS="1.5",
         REACTQ_DEMO_TOOLS="true",  # tests script echo/add/sleep; off by default (issue 10)
-        REACT_TOOL_SELECTION_THRESHOLD=SELECTION_THRESHOLD,
+        REACTQ_TOOL_SELECTION_THRESHOLD=SELECTION_THRESHOLD,
         PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1",
     )

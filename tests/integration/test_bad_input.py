@@ -65,7 +65,8 @@ def test_the_bad_input_corpus_is_refused_with_the_field_named_and_nothing_writte
         for n in range(3):
             assert client.post(f"/v1/runs/{run}/interrupts", json={"content": f"m{n}"}).status_code == 202
         over = client.post(f"/v1/runs/{run}/interrupts", json={"content": "one too many"})
-        assert over.status_code == 429 and over.json()["detail"][0]["loc"] == ["body", "content"]
+        assert over.status_code == 429 and over.json()["error"]["code"] == "rate_limited"
+        assert over.json()["error"]["field"] == "content" and over.headers["retry-after"]
         assert r.xlen(f"reactq:run:{{{run}}}:interrupts") == 3 or 3 in {
             r.xlen(k) for k in r.scan_iter(match="*interrupts*")}
     assert "Traceback" not in gateway.log.read_text()

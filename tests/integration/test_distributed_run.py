@@ -55,7 +55,7 @@ async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runne
     """DESIGN "both shells": same script ⇒ same event sequence, in both modes."""
     from tests.integration.conftest import SELECTION_THRESHOLD
 
-    monkeypatch.setenv("REACT_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)  # as the workers
+    monkeypatch.setenv("REACTQ_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)  # as the workers
     from reactq.shared.engine.steps import EngineDeps
     from reactq.shared.settings import EngineConfig
     from reactq.shared.events import ListSink

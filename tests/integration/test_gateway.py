@@ -220,7 +220,7 @@ def test_interrupt_and_cancel_over_http_and_keepalive_comments(api, llm):
         head, _ = read_sse(res, stop_after=3)  # thinking start/done, tool start
     assert head[-1]["data"]["type"] == "iteration"
     res = api.post(f"{run}/interrupts", json={"content": "use metric units"})
-    assert res.status_code == 202 and len(res.json()["id"]) == 12
+    assert res.status_code == 202 and len(res.json()["interrupt_id"]) == 12
     assert api.post(f"{run}/interrupts", json={"content": ""}).status_code == 422
     with api.stream("GET", created["events_url"], headers={"Last-Event-ID": head[-1]["id"]}) as res:
         time.sleep(0.6)  # the slow tool is running: the stream is quiet
@@ -230,12 +230,15 @@ def test_interrupt_and_cancel_over_http_and_keepalive_comments(api, llm):
     assert rest[-1]["event"] == "done" and rest[-1]["data"]["status"] == "cancelled"
     assert api.get(run).json()["status"] == "cancelled"
     ended = api.post(f"{run}/interrupts", json={"content": "too late"})
-    assert ended.status_code == 409 and "ended" in ended.json()["detail"]
-    assert api.post(f"{run}/cancel").status_code == 202  # a no-op once ended
+    assert ended.status_code == 409 and "ended" in ended.json()["error"]["message"]
+    again = api.post(f"{run}/cancel")  # acting on what ended: a 409, as everywhere
+    assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
 
 
 def _fields(res: httpx.Response) -> list[str]:
-    return [str(e["loc"][-1]) for e in res.json()["detail"]]
+    err = res.json()["error"]
+    assert err["code"] == "validation_error"
+    return [str(d.get("field", "")).split(".")[-1] for d in err.get("details") or [err]]
 
 
 def test_bad_input_is_refused_naming_the_problem_and_nothing_is_enqueued(api, r):
@@ -265,7 +268,8 @@ def test_bad_input_is_refused_naming_the_problem_and_nothing_is_enqueued(api, r)
 
     big = b'{"query": "' + b"x" * 10_000_000 + b'"}'
     res = api.post("/v1/runs", content=big, headers={"content-type": "application/json"})
-    assert res.status_code == 413 and "1000000 bytes" in res.json()["detail"]
+    assert res.status_code == 413 and "1000000 bytes" in res.json()["error"]["message"]
+    assert res.json()["error"]["code"] == "payload_too_large"
 
     def chunked() -> Iterator[bytes]:  # no Content-Length: the limit is counted while reading
         yield b'{"query": "'
@@ -285,7 +289,8 @@ def test_unknown_ids_are_404(api):
     assert api.post("/v1/runs/nope/interrupts", json={"content": "hi"}).status_code == 404
     assert api.post("/v1/runs/nope/cancel").status_code == 404
     assert api.get("/v1/batches/nope").status_code == 404
-    assert "no run" in api.get("/v1/runs/nope").json()["detail"]
+    err = api.get("/v1/runs/nope").json()["error"]
+    assert err["code"] == "not_found" and "no run" in err["message"]
 
 
 def test_the_api_token_is_required_everywhere_but_healthz(gateway, api, llm):
@@ -293,10 +298,14 @@ def test_the_api_token_is_required_everywhere_but_healthz(gateway, api, llm):
     wrong = httpx.Client(base_url=gateway.url, timeout=10, headers={"Authorization": "Bearer nope"})
     for client in (anon, wrong):
         for method, path in [("POST", "/v1/runs"), ("GET", "/v1/runs/x"), ("GET", "/v1/runs/x/events"),
-                             ("GET", "/openapi.json"), ("GET", "/metrics"), ("POST", "/v1/batches")]:
+                             ("GET", "/metrics"), ("POST", "/v1/batches")]:
             res = client.request(method, path, json={"query": "x"})
             assert res.status_code == 401, (method, path)
             assert res.headers["www-authenticate"] == "Bearer"
+            assert res.json()["error"]["code"] == "unauthorized"
+        # The API's description and /docs hold no data: they load, and /docs takes the token.
+        assert client.get("/openapi.json").status_code == 200
+        assert client.get("/docs").status_code == 200
         assert client.get("/healthz").status_code == 200
         assert client.get("/readyz").status_code in (200, 503)  # probes need no token
     assert api.get("/openapi.json").status_code == 200
@@ -324,7 +333,8 @@ def test_healthz_openapi_and_metrics(api, gateway, workers, redis_url, llm, tmp_
         assert res.status_code == 503 and res.json()["redis"].startswith("error")
         assert httpx.get(f"{gw.url}/healthz", timeout=10).status_code == 200  # alive all the same
         res = httpx.post(f"{gw.url}/v1/runs", json={"query": "x"}, timeout=10)
-        assert res.status_code == 503 and "Redis is unreachable" in res.json()["detail"]
+        assert res.status_code == 503 and "Redis is unreachable" in res.json()["error"]["message"]
+        assert res.json()["error"]["code"] == "unavailable" and res.headers["retry-after"]
     finally:
         stop_gateway(gw)
 

@@ -1,4 +1,4 @@
-"""The README's tool, hook and MCP examples, run as written.
+"""The docs' tool, hook and MCP examples (docs/guides/tools.md, hooks.md), run as written.
 
 Every fenced block whose info string has ``title="NAME"`` is written to ``NAME`` in a fresh
 directory; every ``python run`` block is then run there as a script (PYTHONPATH = that
@@ -22,17 +22,19 @@ from tests.unit.engine_kit import run
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
-SECTIONS = ("### Write a tool", "### Write a hook", "### Use MCP servers")
+SECTIONS = ("## Write a tool", "## Write a hook", "## Use MCP servers")
+PAGES = ("docs/guides/tools.md", "docs/guides/hooks.md")
 
 
 def _blocks() -> list[tuple[str, str, str, str]]:
-    """(section heading, language, info, code) of every fenced block of the README."""
-    text = (ROOT / "README.md").read_text()
-    heads = [(m.start(), m.group(0)) for m in re.finditer(r"^#{2,3} .*$", text, re.M)]
+    """(section heading, language, info, code) of every fenced block of the pages."""
     out = []
-    for m in FENCE.finditer(text):
-        section = next((h for pos, h in reversed(heads) if pos < m.start()), "")
-        out.append((section, m.group(1), m.group(2).strip(), m.group(3)))
+    for page in PAGES:
+        text = (ROOT / page).read_text()
+        heads = [(m.start(), m.group(0)) for m in re.finditer(r"^#{2,3} .*$", text, re.M)]
+        for m in FENCE.finditer(text):
+            section = next((h for pos, h in reversed(heads) if pos < m.start()), "")
+            out.append((section, m.group(1), m.group(2).strip(), m.group(3)))
     return out
 
 

@@ -159,7 +159,7 @@ def test_http_listing_and_its_422s(store, redis_url, keys):
                               ({"cursor": "%%%"}, "cursor"), ({"batch_id": "a b"}, "batch_id")):
             res = client.get("/v1/runs", params=params)
             assert res.status_code == 422, params
-            assert res.json()["detail"][0]["loc"][-1] == field
+            assert res.json()["error"]["field"] == field
 
 
 def test_summary_of_one_run_has_the_whole_query(store, redis_url, keys):

@@ -262,14 +262,15 @@ def test_http_thread_routes(workers, redis_url, llm, tmp_path):
         d = Dispatcher(settings_for(redis_url, llm))
         mid_tool(d, rid)
         busy = c.post("/v1/runs", json={"query": "x", "thread_id": tid, "multitask_strategy": "reject"})
-        assert busy.status_code == 409 and busy.json()["active_run"] == rid and rid in busy.json()["detail"]
+        err = busy.json()["error"]
+        assert busy.status_code == 409 and err["details"][0]["active_run"] == rid and rid in err["message"]
         inj = c.post("/v1/runs", json={"query": "and this", "thread_id": tid})
         assert inj.status_code == 202
         assert inj.json()["run_id"] == rid and inj.json()["injected"] is True and inj.json()["interrupt_id"]
         bad = c.post("/v1/runs", json={"query": "x", "thread_id": "no{braces}"})
-        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "thread_id"
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "thread_id"
         bad = c.post("/v1/runs", json={"query": "x", "thread_id": tid, "multitask_strategy": "later"})
-        assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "multitask_strategy"
+        assert bad.status_code == 422 and bad.json()["error"]["field"] == "multitask_strategy"
         d.handle(rid).result(timeout=30)
         view = c.get(f"/v1/threads/{tid}").json()
         assert view["thread_id"] == tid and view["active_run"] is None

@@ -104,6 +104,20 @@ die = Tool(name="die", description="Kills its worker (tests of the crash limit).
 
 # default_registry adds these to the built-in tools.
 TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s]
+
+class PingArgs(BaseModel):
+    tag: str = Field("", description="a label")
+
+
+def _ping(tag: str = "") -> str:
+    return f"pong {tag}".strip()
+
+
+# A connector-style name (``server__tool``, as MCP tools are named): the built-in rate limiter's.
+conn_ping = Tool(name="conn__ping", description="A connector tool: answers pong.", args_model=PingArgs,
+                 fn=_ping, isolate=False)
+#: The rate limiter's tests load these.
+CONNECTOR_TOOLS = [*TOOLS, conn_ping]
 # The crash-limit tests load these (``die`` kills its worker; kept out of TOOLS so that the
 # other tests' catalogs stay under the tool-selection threshold).
 CRASH_TOOLS = [*TOOLS, die]

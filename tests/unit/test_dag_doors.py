@@ -265,8 +265,9 @@ def test_a_cyclic_plan_is_a_422_naming_the_steps(client: TestClient) -> None:
     res = client.post("/v1/dags", json={"goal": "g", "steps": [
         {"id": "a", "task": "t", "dependencies": ["b"]}, {"id": "b", "task": "t", "dependencies": ["a"]}]})
     assert res.status_code == 422
-    assert res.json()["detail"][0]["loc"] == ["body", "steps"]
-    assert "['a', 'b']" in res.json()["detail"][0]["msg"]
+    err = res.json()["error"]
+    assert err["code"] == "validation_error" and err["field"] == "steps"
+    assert "['a', 'b']" in err["message"]
 
 
 def test_bad_fields_and_unknown_ids_are_422_and_404(client: TestClient) -> None:

@@ -117,9 +117,9 @@ def test_a_failed_step_fails_exactly_its_dependents_and_the_rest_goes_on() -> No
 def test_a_step_running_past_its_timeout_fails_and_its_run_is_cancelled() -> None:
     clock = Clock()
     state = dag()
-    M.begin_round(state, plan(("A", []), ("B", ["A"])), clock.env(DAG_STEP_TIMEOUT=600))
+    M.begin_round(state, plan(("A", []), ("B", ["A"])), clock.env(REACTQ_DAG_STEP_TIMEOUT=600))
     clock.now += 601
-    t = M.schedule(state, clock.env(DAG_STEP_TIMEOUT=600))
+    t = M.schedule(state, clock.env(REACTQ_DAG_STEP_TIMEOUT=600))
     assert by_id(state)["A"] == ("failed", "Step execution timed out after 600s")
     assert M.CancelRun("run1") in t.effects
     assert by_id(state)["B"][1] == "Skipped: dependency step 'A' failed"

@@ -92,16 +92,17 @@ def check_command(argv: list[str]) -> None:
 
 # -- Procfile ----------------------------------------------------------------------------
 
-def test_the_procfile_has_the_four_process_types():
-    assert set(procfile()) == {"web", "worker", "toolworker", "flower"}
+def test_the_procfile_has_the_five_process_types():
+    assert set(procfile()) == {"web", "worker", "toolworker", "scheduler", "flower"}
     entries = {k: argv_of(v) for k, v in procfile().items()}
     assert entries["web"][:2] == ["reactq", "serve"]
     assert entries["worker"][:2] == ["reactq", "worker"]
     assert entries["toolworker"][entries["toolworker"].index("--queues") + 1] == "reactq.tools"
     assert entries["flower"][:4] == ["celery", "-A", "reactq.workers.app", "flower"]
+    assert entries["scheduler"] == ["reactq", "scheduler"]
 
 
-@pytest.mark.parametrize("name", ["web", "worker", "toolworker", "flower"])
+@pytest.mark.parametrize("name", ["web", "worker", "toolworker", "scheduler", "flower"])
 def test_each_procfile_command_exists(name):
     check_command(argv_of(procfile()[name]))
 
@@ -140,7 +141,7 @@ def test_k8s_objects_are_well_formed():
 
 def test_k8s_deployments_select_their_pods_request_resources_and_run_existing_commands():
     deployments = {d["metadata"]["name"]: d for d in k8s_docs() if d["kind"] == "Deployment"}
-    assert {"reactq-web", "reactq-worker", "reactq-toolworker", "reactq-flower"} <= set(deployments)
+    assert {"reactq-web", "reactq-worker", "reactq-toolworker", "reactq-scheduler", "reactq-flower"} <= set(deployments)
     for name, dep in deployments.items():
         selector = dep["spec"]["selector"]["matchLabels"]
         labels = dep["spec"]["template"]["metadata"]["labels"]
@@ -176,16 +177,80 @@ def test_the_autoscaling_example_scales_workers_on_queue_length():
         assert obj["spec"]["scaleTargetRef"]["name"] in deployments
         for trigger in obj["spec"]["triggers"]:
             assert trigger["type"] == "redis"
-            assert trigger["metadata"]["listName"] in QUEUES
-    assert {t["metadata"]["listName"] for o in scaled for t in o["spec"]["triggers"]} == QUEUES
+    # Webhook deliveries ride on the worker pods and are no scaling signal of their own.
+    assert {t["metadata"]["listName"] for o in scaled for t in o["spec"]["triggers"]} >= QUEUES - {"reactq.webhooks"}
 
 
-def test_compose_runs_redis_web_two_workers_a_toolworker_and_flower():
+def _priority_lists(queue: str) -> set[str]:
+    """kombu's Redis lists of one queue: the plain one (priority 0) and one per other step."""
+    from kombu.transport.redis import Channel
+
+    return {queue if step == 0 else f"{queue}{Channel.sep}{step}" for step in Channel.priority_steps}
+
+
+def test_the_autoscaler_counts_every_priority_list_of_each_queue_and_sums_them():
+    from reactq.shared.wire import MESSAGE_PRIORITY
+
+    assert max(MESSAGE_PRIORITY.values()) > 0  # batch work is sent to a priority list, not the plain one
+    for obj in (d for d in k8s_docs() if d["kind"] == "ScaledObject"):
+        triggers = obj["spec"]["triggers"]
+        lists = {t["metadata"]["listName"] for t in triggers}
+        queue = min(lists, key=len)
+        assert lists == _priority_lists(queue), obj["metadata"]["name"]
+        formula = obj["spec"]["advanced"]["scalingModifiers"]["formula"]
+        assert {t["name"] for t in triggers} == {n.strip() for n in formula.split("+")}
+
+
+# The scheduler has no probe by design: a standby blocks on celery-redbeat's lock, and a hung
+# active one loses the lock to a standby within seconds (its file says so).
+NO_PROBE = {"reactq-scheduler", "scheduler"}
+
+
+def test_every_container_has_probes_and_workers_a_liveness_probe_on_their_alive_file():
+    for dep in (d for d in k8s_docs() if d["kind"] == "Deployment"):
+        if dep["metadata"]["name"] in NO_PROBE:
+            assert "No liveness probe, by design" in (DEPLOY / "k8s" / "scheduler.yaml").read_text()
+            continue
+        for c in _containers(dep):
+            assert "livenessProbe" in c and ("readinessProbe" in c or "startupProbe" in c), c["name"]
+            if dep["metadata"]["name"] in ("reactq-worker", "reactq-toolworker"):
+                env = {e["name"]: e.get("value") for e in c.get("env", [])}
+                alive = env["REACTQ_WORKER_ALIVE_FILE"]
+                assert alive in " ".join(c["livenessProbe"]["exec"]["command"])
+
+
+def test_workers_and_the_gateway_have_a_disruption_budget():
+    budgets = [d for d in k8s_docs() if d["kind"] == "PodDisruptionBudget"]
+    covered = {b["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] for b in budgets}
+    assert {"reactq-worker", "reactq-toolworker", "reactq-web", "reactq-scheduler"} <= covered
+
+
+def test_flower_has_no_default_password():
+    flower = next(d for d in k8s_docs() if d["kind"] == "Deployment" and d["metadata"]["name"] == "reactq-flower")
+    env = {e["name"]: e for e in _containers(flower)[0].get("env", [])}
+    ref = env["FLOWER_BASIC_AUTH"]["valueFrom"]["secretKeyRef"]
+    assert not ref.get("optional", False)
+    compose = (DEPLOY / "docker-compose.yml").read_text()
+    auth = yaml.safe_load(compose)["services"]["flower"]["environment"]["FLOWER_BASIC_AUTH"]
+    assert re.fullmatch(r"\$\{FLOWER_BASIC_AUTH:\?[^}]+\}", auth), auth
+
+
+def test_every_compose_service_has_a_healthcheck_and_workers_check_their_alive_file():
+    services = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]
+    for name, svc in services.items():
+        assert "healthcheck" in svc or name in NO_PROBE, name
+    alive = services["worker"]["environment"]["REACTQ_WORKER_ALIVE_FILE"]
+    for name in ("worker", "toolworker"):
+        assert alive in " ".join(services[name]["healthcheck"]["test"])
+
+
+def test_compose_runs_redis_web_two_workers_a_toolworker_schedulers_and_flower():
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"redis", "web", "worker", "toolworker", "flower"} <= set(services)
+    assert {"redis", "web", "worker", "toolworker", "scheduler", "flower"} <= set(services)
     assert services["worker"]["deploy"]["replicas"] == 2
-    for name in ("web", "worker", "toolworker", "flower"):
+    assert services["scheduler"]["command"] == ["reactq", "scheduler"]
+    for name in ("web", "worker", "toolworker", "scheduler", "flower"):
         svc = services[name]
         check_command(svc["command"])
         assert svc["environment"]["REACTQ_REDIS_URL"].startswith("redis://redis:")
@@ -203,8 +268,11 @@ def test_the_dockerfile_is_slim_and_runs_as_a_non_root_user():
     assert froms and re.match(r"python:3\.1[1-9]-slim", froms[-1])
     users = [ln.split()[1] for ln in lines if ln.upper().startswith("USER ")]
     assert users and users[-1].split(":")[0] not in ("root", "0")
-    assert any(ln.startswith("RUN pip install .") for ln in lines)
-    copied = {ln.split()[1] for ln in lines if ln.upper().startswith("COPY ")}
+    assert any(ln.startswith("RUN pip install") for ln in lines)
+    # Sources from the build context (a multi-stage build also copies from its build stage).
+    copied = {w for ln in lines if ln.upper().startswith("COPY ") and "--from" not in ln
+              for w in ln.split()[1:-1]}
+    assert copied
     for src in copied:
         assert (ROOT / src).exists(), f"the Dockerfile copies {src}, which is not in the repository"
     assert any(ln.upper().startswith(("CMD ", "ENTRYPOINT ")) for ln in lines)

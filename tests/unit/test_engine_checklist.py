@@ -148,7 +148,7 @@ async def test_the_minimum_tool_count_is_configurable() -> None:
     llm = JSON.llm([JSON.call("echo", {"text": "a"}), JSON.answer("first"), JSON.answer("check"),
                     JSON.answer("final"), SYNTH])
 
-    out = await run(llm, [echo_tool()], config=EngineConfig(REACT_COMPLETION_CHECK_MIN_TOOLS=1))
+    out = await run(llm, [echo_tool()], config=EngineConfig(REACTQ_COMPLETION_CHECK_MIN_TOOLS=1))
 
     assert out.answer == "final"
     assert len(out.loop_calls()) == 4

@@ -164,7 +164,7 @@ def test_the_engine_default_config_is_the_seeds_whatever_the_environment(monkeyp
         if name.startswith(("REACT_", "REACTQ_", "CONTEXT_GUARD_", "COMPACT_CATALOG_")):
             monkeypatch.delenv(name)
     seed = EngineConfig()
-    monkeypatch.setenv("REACT_CYCLE_DETECTION_THRESHOLD", "7")
+    monkeypatch.setenv("REACTQ_CYCLE_DETECTION_THRESHOLD", "7")
     assert EngineConfig.defaults() == seed and EngineConfig().cycle_detection_threshold == 7
     assert make_deps(_turns(), []).config.cycle_detection_threshold == 7  # the kit reads it, as a shell
     from reactq.shared.engine.steps import EngineDeps

@@ -154,7 +154,7 @@ async def test_the_reflection_interval_is_configurable() -> None:
     from engine_kit import JSON
 
     llm = JSON.llm(distinct_calls(JSON, 2) + [JSON.answer("done"), SYNTH])
-    config = EngineConfig(REACT_SELF_REFLECTION_INTERVAL=2)
+    config = EngineConfig(REACTQ_SELF_REFLECTION_INTERVAL=2)
 
     out = await run(llm, [echo_tool()], config=config, completion_check=False)
 
@@ -264,7 +264,7 @@ async def test_the_cycle_threshold_is_configurable() -> None:
     """S41: REACT_CYCLE_DETECTION_THRESHOLD=2 ⇒ the warning comes at the 2nd identical call."""
     llm = NATIVE.llm(identical_calls(NATIVE, 2) + [NATIVE.answer("done"), SYNTH])
 
-    out = await run(llm, [echo_tool()], config=EngineConfig(REACT_CYCLE_DETECTION_THRESHOLD=2),
+    out = await run(llm, [echo_tool()], config=EngineConfig(REACTQ_CYCLE_DETECTION_THRESHOLD=2),
                     completion_check=False)
 
     assert count_containing(out.loop_calls()[-1].messages, warning_text("echo", 2)) == 1

@@ -537,3 +537,13 @@ async def test_default_hooks_are_the_builtins_then_the_loaded_hooks(
     assert [h.name for h in default_hooks(Settings(hooks=""), builtins=False)] == []
     res = await reg.run_pre_tool(pre_ctx())
     assert res.side_effects == ["tagged"]
+
+
+def test_the_connector_rate_limit_comes_from_settings_and_0_leaves_it_out() -> None:
+    from reactq.shared.hooks.loader import default_hooks
+    from reactq.shared.settings import Settings
+
+    limited = [h for h in default_hooks(Settings(connector_rate_limit=3, connector_rate_window_s=5)) if h.name == "rate_limiter"]
+    assert len(limited) == 1 and "3 calls per 5s" in limited[0].description
+    assert "rate_limiter" not in [h.name for h in default_hooks(Settings(connector_rate_limit=0))]
+    assert "10 calls per 60s" in next(h for h in default_hooks(Settings()) if h.name == "rate_limiter").description

@@ -152,7 +152,7 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
         plan, usage = _make_plan(ctx, rec, state)
     except StructuredOutputError:
         t = M.fail(state, P.PLANNING_FAILED, env, kind="planning_failed")
-    except Exception as exc:  # noqa: BLE001 — S93a: any other error ends the DAG, reported
+    except Exception as exc:  # noqa: BLE001 — any other error ends the DAG, reported
         log.warning("dag %s: planning failed: %s", dag_id, exc)
         t = M.fail(state, f"Pipeline error: {type(exc).__name__}: {exc}", env)
     else:
@@ -272,7 +272,7 @@ def drive_answer(ctx: DagContext, dag_id: str) -> None:
 
 
 def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str, list[Any]]:
-    """S93: the answer and the events still to publish (deltas may already be out)."""
+    """The answer and the events still to publish (deltas may already be out)."""
     analysis = state.analysis
     fallback = (analysis.final_answer if analysis else None) or fallback_answer(state.steps)
     if rec.pub_seq > state.seq:
@@ -290,7 +290,7 @@ def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str,
     parts: list[str] = []
     try:
         ctx.rt.run(_stream(ctx, state, parts))
-    except Exception as exc:  # noqa: BLE001 — S93: a failed synthesis falls back
+    except Exception as exc:  # noqa: BLE001 — a failed synthesis falls back
         log.warning("dag %s: synthesis failed: %s", state.dag_id, exc)
         return "".join(parts) + fallback, _fallback_events(state, fallback, exc)
     if not parts:

@@ -174,7 +174,7 @@ def _llm_or_select(rt: Runtime, state: RunState, step: StepFn, io: StoreIO) -> A
         return advanced(state, threads.stop(rt, state, deps.clock()))
     except redis.RedisError:
         raise  # Redis went away mid-step: not the LLM's failure; the step is resumed later
-    except Exception as exc:  # S64: an LLM failure ends the run, with a done event
+    except Exception as exc:  # An LLM failure ends the run, with a done event
         log.warning("run %s failed: %s", state.run_id, exc)
         return advanced(state, ending.fail(state, exc, now=deps.clock()))
 

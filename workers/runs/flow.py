@@ -37,7 +37,6 @@ from reactq.shared.stores.flow import Denied, Ticket
 from reactq.shared.flow.middleware import FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
 from reactq.shared.stores.due import run_member
-from reactq.shared.redisconn import broker_url
 from reactq.shared.stores.roundtrip import checked, execute, failed, take
 from reactq.shared.stores.runs import spent_op
 from reactq.shared.settings import Settings
@@ -49,7 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PRIORITY = message_priorities(broker_url(Settings()))
+# Only the broker's kind matters here (RabbitMQ or Redis): no connection is made at import.
+PRIORITY = message_priorities(Settings().broker_url or "")
 
 _message_priority: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "reactq_message_priority", default=None)

@@ -22,8 +22,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery import signals
 
+from reactq.shared.errors import ConfigError
+from reactq.shared.redisconn import check_cluster_mode
 from reactq.shared.stores.roundtrip import riding
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.stores.due import run_member, tool_member
@@ -161,6 +164,20 @@ def _catalog_entry(t: Any) -> dict[str, Any]:
     if t.metadata.get("mcp_server"):
         entry["mcp_server"] = t.metadata["mcp_server"]
     return entry
+
+
+@signals.worker_init.connect
+def _refuse_a_cluster_node(**_: Any) -> None:
+    """A Redis Cluster node without ``REACTQ_REDIS_CLUSTER=true`` stops the worker at start,
+    naming the setting (rather than failing every step later on ``MOVED``)."""
+    rt = runtime()
+    try:
+        check_cluster_mode(rt.redis, rt.settings)
+    except ConfigError as exc:
+        log.critical("%s", exc)
+        raise SystemExit(f"reactq worker: {exc}") from None  # not an Exception: ends the start
+    except (redis.RedisError, OSError):
+        pass  # Redis not there yet: the worker waits for it like for the broker
 
 
 def recoverers() -> dict[str, Handler]:

@@ -5,7 +5,7 @@
 ``current_time``   the current time in an IANA time zone, ISO-8601
 ``json_query``     pick a value out of a JSON document by a ``a.b[0].c`` path
 ``text_stats``     characters, words, lines and sentences of a text
-``echo``           returns its input (the SPEC's ``EchoTool`` fixture)
+``echo``           returns its input (for demos and tests)
 ``add``            the sum of two numbers (used by tests and the scripted demo)
 ``sleep``          waits up to 30 s (for demos and tests of parallel tool calls)
 ``http_fetch``     GET/HEAD of a public URL as readable text, SSRF-guarded

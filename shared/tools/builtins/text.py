@@ -20,7 +20,7 @@ class TextStatsArgs(BaseModel):
     text: str = Field(description="The text to measure.", max_length=MAX_DOCUMENT_CHARS)
     # One count comes back as the bare number, as ``calculator`` and ``add`` return theirs:
     # nothing to misread (a small model given all four counts answered "43 words" with the
-    # character count; README, first run).
+    # character count; see the local-model guide).
     only: Measure | None = Field(None, description="Return only this count, e.g. \"words\".")
 
 

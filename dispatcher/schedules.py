@@ -1,0 +1,104 @@
+"""Schedules from the dispatcher's side: what ``/v1/schedules`` and ``reactq schedules`` do.
+
+Both doors share this one service: validate (the request model names each bad field; the
+run's model and tools are checked against the catalog, as a run's are), store, change, read
+back with the next fire times, and start a run now (``trigger``). Ticks themselves are fired
+by ``reactq scheduler`` (``reactq.workers.scheduler``), never here.
+
+Decisions: a schedule's default view lists the next 5 fire times after now (also while it is
+paused: they show what its cadence is, and pass without runs until it resumes); resume starts
+from the first tick after now (ticks during a pause are not caught up); a change of ``cron``,
+``interval_s`` or ``timezone`` also starts from the first tick after now; ``trigger`` always
+starts a run (no overlap check: it is asked for by hand) and that run becomes ``last_run_id``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from reactq.dispatcher.client import Dispatcher, RunHandle
+from reactq.shared.errors import RequestError, ScheduleNotFound
+from reactq.shared.requests import RunRequest
+from reactq.shared.schedule.models import PREVIEW, ScheduleRequest, SchedulePatch, merged
+from reactq.shared.schedule.times import fire_times, iso, next_after
+from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
+
+
+class ScheduleExists(RequestError):
+    """``schedule_id`` is taken (HTTP 409)."""
+
+
+class Schedules:
+    """The schedule operations over one dispatcher's Redis."""
+
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.d = dispatcher
+        self.store = ScheduleStore(dispatcher.redis, dispatcher.keys)
+
+    def _check_run(self, run: dict[str, Any]) -> None:
+        """The registry part of a run's validation, with the field under ``run.``."""
+        try:
+            self.d.validate(RunRequest.model_validate(run))
+        except RequestError as exc:
+            raise RequestError(str(exc), field=f"run.{exc.field}" if exc.field else "run") from exc
+
+    def create(self, req: ScheduleRequest) -> dict[str, Any]:
+        """Store a new schedule; its view with the next fire times."""
+        self._check_run(req.run.model_dump(exclude_unset=True))
+        first = None if req.paused else next_after(req.cadence(), time.time())
+        if not self.store.create(req, first):
+            raise ScheduleExists(f"schedule {req.schedule_id!r} exists", field="schedule_id")
+        return self.get(req.schedule_id)
+
+    def record(self, schedule_id: str) -> ScheduleRecord:
+        rec = self.store.get(schedule_id)
+        if rec is None:
+            raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
+        return rec
+
+    def get(self, schedule_id: str, *, after: float | None = None, count: int = PREVIEW) -> dict[str, Any]:
+        """The schedule with ``next_fire_times``: ``count`` ticks after ``after`` (default now)."""
+        return self.view(self.record(schedule_id), after=after, count=count)
+
+    @staticmethod
+    def view(rec: ScheduleRecord, *, after: float | None = None, count: int = PREVIEW) -> dict[str, Any]:
+        start = time.time() if after is None else after
+        return {**rec.view(), "next_fire_times": [iso(t) for t in fire_times(rec.cadence, start, count)]}
+
+    def list(self) -> list[dict[str, Any]]:
+        return [self.view(rec) for rec in self.store.all()]
+
+    def page(self, *, limit: int, cursor: str | None) -> dict[str, Any]:
+        """``{schedules: [...], next_cursor}``, oldest first."""
+        recs, nxt = self.store.page(limit=limit, cursor=cursor)
+        return {"schedules": [self.view(rec) for rec in recs], "next_cursor": nxt}
+
+    def patch(self, schedule_id: str, patch: SchedulePatch) -> dict[str, Any]:
+        """Change fields (the merged schedule is validated again, errors naming the field)."""
+        rec = self.record(schedule_id)
+        new, moved = merged({**rec.spec, "schedule_id": schedule_id}, patch)
+        if patch.run is not None:
+            self._check_run(patch.run)
+        resumed = rec.paused and not new.paused
+        move = moved or resumed or new.paused != rec.paused
+        nxt = None if new.paused else next_after(new.cadence(), time.time())
+        self.store.update(new, nxt, move=move)
+        return self.get(schedule_id)
+
+    def set_paused(self, schedule_id: str, paused: bool) -> dict[str, Any]:
+        return self.patch(schedule_id, SchedulePatch(paused=paused))
+
+    def delete(self, schedule_id: str) -> None:
+        if not self.store.delete(schedule_id):
+            raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
+
+    def trigger(self, schedule_id: str) -> RunHandle:
+        """One run now, filed under the schedule (no ``scheduled_for``: it is no tick's)."""
+        rec = self.record(schedule_id)
+        handle = self.d.submit(RunRequest.model_validate(rec.spec["run"]), schedule_id=schedule_id)
+        self.store.note_trigger(schedule_id, handle.run_id)
+        return handle
+
+
+__all__ = ["ScheduleExists", "Schedules"]

@@ -1,0 +1,143 @@
+"""Firing ticks: the due schedules' runs, created exactly once per tick.
+
+``Firer.fire_due`` is called by the active scheduler at every turn of the beat loop. For each
+schedule whose next tick has come (``schedules:due``), tick by tick:
+
+1. a tick older than the catch-up window is skipped (all such ticks at once, counted);
+2. otherwise the tick's run id is the one its idempotency key ``schedule:{id}:{tick}`` names:
+   if that run exists (a scheduler died after creating it) it is the tick's run; else the
+   overlap policy decides, and the run is created (``RunStore.create``: written only if
+   absent, the key claimed with ``SET NX``) and its first step sent;
+3. the tick is handed on with a compare-and-set on the schedule (``ScheduleStore.advance``).
+
+Whoever runs this at the same time (a scheduler that lost its lock without knowing yet, or
+one that died half-way and its successor) creates no second run and counts nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from functools import cached_property
+
+import redis
+from celery import Celery
+from pydantic import ValidationError
+
+from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.keys import Keys
+from reactq.shared.redisconn import broker_url
+from reactq.shared.redisconn import client as state_client
+from reactq.shared.requests import RunRequest
+from reactq.shared.schedule.policy import overlap_action, tick_key, too_late
+from reactq.shared.schedule.times import count_until, iso, next_after
+from reactq.shared.settings import Settings
+from reactq.shared.stores.runs import RunStore
+from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
+from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
+
+log = logging.getLogger("reactq.scheduler")
+
+
+class Firer:
+    """Creates the runs of due ticks (Redis and the broker only; no worker code)."""
+
+    def __init__(self, settings: Settings, *, redis_client: redis.Redis | None = None) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self.r = redis_client or state_client(settings)
+        self.schedules = ScheduleStore(self.r, self.keys)
+        self.runs = RunStore(self.r, keys=self.keys, ttl_seconds=settings.run_ttl_seconds,
+                             maxlen=settings.events_maxlen, due_seconds=settings.due_seconds)
+
+    @cached_property
+    def celery(self) -> Celery:
+        app = Celery("reactq-scheduler-send")
+        app.conf.update(celery_config(self.settings))
+        return app
+
+    def send(self, run_id: str, step_no: int, priority: int | None = None) -> None:
+        args = [run_id, step_no]
+        options = {"priority": priority} if priority else {}
+        self.celery.send_task(ITERATE, args=args, queue=RUNS_QUEUE, argsrepr=repr(args), kwargsrepr="{}", **options)
+
+    def fire_due(self, now: float | None = None) -> float:
+        """Fire every tick that has come; the seconds until the next one (inf: none)."""
+        now = time.time() if now is None else now
+        for sid in self.schedules.due_ids(now):
+            try:
+                self.fire_schedule(sid, now)
+            except redis.RedisError:
+                raise
+            except Exception:  # one broken schedule must not stop the others
+                log.exception("schedule %s: firing failed", sid)
+        nxt = self.schedules.next_due()
+        return math.inf if nxt is None else max(0.0, nxt - time.time())
+
+    def fire_schedule(self, schedule_id: str, now: float) -> None:
+        rec = self.schedules.get(schedule_id)
+        if rec is None or rec.paused or rec.next_tick is None:
+            self.schedules.set_due(schedule_id, None)  # deleted or paused: not due
+            return
+        tick: int | None = rec.next_tick
+        while tick is not None and tick <= now:
+            tick = self._hand_on(rec, tick, now)
+        if tick is not None:  # None: someone else handed the tick on (and set it due)
+            self.schedules.set_due(schedule_id, tick)
+
+    def _hand_on(self, rec: ScheduleRecord, tick: int, now: float) -> int | None:
+        """Handle ``tick``; the next tick, or None when the compare-and-set was lost."""
+        cutoff = now - self.settings.schedule_catchup_s
+        if too_late(tick, now, self.settings.schedule_catchup_s):
+            n, nxt = count_until(rec.cadence, tick, cutoff)
+            log.warning("schedule %s: %d tick(s) from %s skipped (older than the catch-up window)",
+                        rec.schedule_id, n, iso(tick))
+            return nxt if self.schedules.advance(rec.schedule_id, tick, nxt, skipped=n) else None
+        nxt = next_after(rec.cadence, tick)
+        run_id, error = self._fire_tick(rec, tick)
+        won = self.schedules.advance(rec.schedule_id, tick, nxt, run_id=run_id,
+                                     skipped=0 if run_id else 1, error=error)
+        if not won:
+            return None
+        rec.last_run_id = run_id or rec.last_run_id
+        return nxt
+
+    def _fire_tick(self, rec: ScheduleRecord, tick: int) -> tuple[str | None, str]:
+        """``(run id, "")`` when the tick has its run, ``(None, why)`` when it is skipped."""
+        key = tick_key(rec.schedule_id, iso(tick))
+        run_id = idempotent_id(key)
+        if self.runs.exists(run_id):
+            return run_id, ""  # created before a crash, or by another scheduler
+        prev = rec.last_run_id
+        action = overlap_action(rec.spec.get("overlap", "skip"), prev is not None and self._active(prev))
+        if action == "skip":
+            log.info("schedule %s: tick %s skipped, run %s still active", rec.schedule_id, iso(tick), prev)
+            return None, ""
+        if action == "cancel_previous" and prev is not None:
+            self._cancel(prev)
+        try:
+            req = RunRequest.model_validate({**rec.spec["run"], "idempotency_key": key})
+        except ValidationError as exc:
+            return None, f"the schedule's run is no longer valid: {exc.errors()[0]['msg']}"
+        rid, created = self.runs.create(run_id, req.model_dump(mode="json"), idempotency_key=key,
+                                        schedule_id=rec.schedule_id, scheduled_for=iso(tick))
+        if created:
+            self.send(rid, 0, message_priorities(broker_url(self.settings))[req.priority])
+        log.info("schedule %s: tick %s → run %s", rec.schedule_id, iso(tick), rid)
+        return rid, ""
+
+    def _active(self, run_id: str) -> bool:
+        [[status]] = self.runs.fields_of([run_id], "status")
+        return status is not None and status not in TERMINAL_STATUSES
+
+    def _cancel(self, run_id: str) -> None:
+        """As ``reactq cancel``: the flag, then a nudge so a run waiting on tools ends now."""
+        rec = self.runs.load(run_id)
+        self.runs.request_cancel(run_id)
+        self.send(run_id, rec.step_no)
+        log.info("cancelled run %s (overlap: cancel_previous)", run_id)
+
+
+__all__ = ["Firer"]
