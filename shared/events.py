@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done"]
-CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done")
+Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail"]
+CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done", "guardrail")
 TERMINAL_CHANNEL = "done"
 
 
@@ -68,6 +68,12 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
         "elapsed": "seconds from start to end",
         "run_id": "the run's id",
         "pending_injections": "follow-ups that arrived too late to be read (only when there are some)",
+    }),
+    "guardrail": ChannelDoc("A guardrail hook decided on the run's query (before the first LLM call) or on its answer (before any of it is published).", {
+        "point": "`run_start` or `answer`",
+        "guardrail": "the hook's name",
+        "decision": "`allowed`, `rewritten` (the answer was changed, e.g. redacted) or `blocked` (the run ends `failed`)",
+        "message": "why, when the hook gave a reason",
     }),
 }
 

@@ -72,6 +72,7 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     )
     state.priority = request.priority
     state.token_budget = request.token_budget
+    state.output_schema = request.output_schema
     state.webhook_on_done = request.webhook is not None and request.webhook.wants("done")
     return state
 

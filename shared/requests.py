@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from reactq.shared.engine.output import check_schema
 from reactq.shared.errors import RequestError
 
 Mode = Literal["auto", "json", "native"]
@@ -83,8 +84,15 @@ class RunRequest(BaseModel):
     """Who gets a rate-limited model's capacity first (batch lines default to ``batch``)."""
     token_budget: int | None = Field(None, ge=1)
     """The run's cap on LLM tokens (every call paid); reached ⇒ the max-iterations summary."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema (draft 2020-12, at most 64 KB): the answer is then JSON valid against it."""
     webhook: WebhookSpec | None = None
     """POST a signed ``run.done`` message to this URL when the run ends."""
+
+    @field_validator("output_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else check_schema(v)
 
     @field_validator("query")
     @classmethod
@@ -134,8 +142,15 @@ class DagRequest(BaseModel):
     """Free-form; passed to the steps' runs."""
     idempotency_key: str | None = Field(None, min_length=1, max_length=200)
     """A retry with the same key answers the first DAG instead of a new one."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema (as for runs) for the DAG's final answer."""
     webhook: WebhookSpec | None = None
     """POST a signed ``dag.done`` message to this URL when the DAG ends."""
+
+    @field_validator("output_schema")
+    @classmethod
+    def _schema(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if v is None else check_schema(v)
 
 
 def check_names(field: str, names: list[str] | None, known: list[str], what: str) -> None:

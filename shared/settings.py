@@ -67,6 +67,8 @@ class EngineConfig(RenamedSettings):
     max_tool_calls_per_turn: int = Field(16, ge=1, le=1000,
                                          validation_alias="REACTQ_MAX_TOOL_CALLS_PER_TURN")
     """Calls of one LLM reply that run; the rest get an error observation."""
+    output_repairs: int = Field(2, ge=0, le=10, validation_alias="REACTQ_OUTPUT_REPAIRS")
+    """Re-asks of a typed answer (``output_schema``) that failed validation, with its errors."""
     tool_selection_threshold: int = Field(12, ge=0, validation_alias=renamed(
         "REACTQ_TOOL_SELECTION_THRESHOLD", "REACT_TOOL_SELECTION_THRESHOLD"))
     """With more tools than this, an LLM call first picks the ones the run may use."""
@@ -194,6 +196,13 @@ class Settings(BaseSettings):
     """The most bytes ``http_fetch`` reads from one response."""
     http_fetch_timeout: float = Field(20.0, gt=0)
     """Seconds one ``http_fetch`` may take."""
+    # Built-in guardrails (reactq.shared.hooks.guardrails); all off by default.
+    guardrail_deny_words: str = ""
+    """Comma-separated words that make ``query_tripwire`` refuse a query (whole word, any case)."""
+    guardrail_deny_patterns: list[str] = Field(default_factory=list)
+    """A JSON list of regular expressions that make ``query_tripwire`` refuse a query."""
+    guardrail_pii: str = ""
+    """Kinds ``pii_redactor`` redacts from answers: ``email,phone,card,iban`` or ``all``."""
     sse_keepalive: float = Field(15.0, gt=0)
     """Seconds between keep-alive comments on an idle event stream (SSE)."""
     flower_url: str | None = None

@@ -185,6 +185,9 @@ def commit_ops(rec: Recorder, state: RunState, step_no: int, adv: Advance,
     if isinstance(adv.next, Done):
         result = adv.next.result
         b.inc("runs_ended", [result.status, result.mode])
+        for e in adv.events:  # guardrails decide only in steps that end the run
+            if e.channel == "guardrail" and e.data.get("decision") != "allowed":
+                b.inc("guardrail_trips", [str(e.data.get("guardrail")), str(e.data.get("point"))])
         if state.started_at:
             b.observe("run_seconds", [result.status], (state.ended_at or now) - state.started_at)
         b.hdel(INFLIGHT, rid)

@@ -48,6 +48,11 @@ class Run(_Model):
     def answer(self) -> str | None:
         return None if self.result is None else self.result.get("answer")
 
+    @property
+    def output(self) -> Any:
+        """The parsed answer of a run with an ``output_schema`` (else None)."""
+        return None if self.result is None else self.result.get("output")
+
 
 class RunRow(_Model):
     """One row of ``GET /v1/runs``."""
@@ -105,6 +110,8 @@ class Dag(_Model):
     steps: list[dict[str, Any]] = Field(default_factory=list)
     """Each step's ``id``, ``task``, ``status``, ``run_id`` and ``result``."""
     answer: str | None = None
+    output: Any = None
+    """The parsed final answer of a DAG with an ``output_schema`` (else None)."""
     achieved: bool | None = None
     result: dict[str, Any] | None = None
     created: bool | None = None

@@ -7,7 +7,9 @@ a line without one gets its 1-based line number as id). A bad line (not JSON, no
 object, a field out of range, an unknown tool…) becomes a result line with status
 ``invalid`` and an error naming the line and the field; the batch goes on.
 
-Each result line: ``{id, line, run_id, status, answer, iterations, usage, elapsed, error}``.
+Each result line: ``{id, line, run_id, status, answer, output, iterations, usage, elapsed,
+error}`` (``output``: the parsed answer of a line with an ``output_schema``, else null). A line
+whose ``output_schema`` is not a valid JSON Schema is ``invalid`` like any other bad line.
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def _result_line(item: BatchItem, status: str, error: str | None, run_id: str | 
                  result: dict[str, Any] | None = None) -> dict[str, Any]:
     res = result or {}
     return {"id": item.id, "line": item.line, "run_id": run_id, "status": status,
-            "answer": res.get("answer"), "iterations": res.get("iterations", 0),
+            "answer": res.get("answer"), "output": res.get("output"), "iterations": res.get("iterations", 0),
             "usage": res.get("usage"), "elapsed": res.get("elapsed", 0.0), "error": error}
 
 

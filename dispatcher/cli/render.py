@@ -171,11 +171,21 @@ class RunRenderer:
     def _on_phase(self, d: dict[str, Any]) -> None:
         if d.get("phase") == "selecting_tools":
             self._line("select", "blue", f"choosing tools among {d.get('total_tools')}")
+        elif d.get("phase") == "output_repair":
+            problems = "; ".join(str(p) for p in d.get("problems") or [])
+            self._line("repair", "yellow", f"answer {d.get('attempt')} not valid: {escape(one_line(problems, 200))}")
         elif d.get("phase") == "rate_limited":
             self._line("wait", "yellow", f"model {escape(str(d.get('model')))} is at its limits; "
                                          f"waiting ≈ {d.get('wait_s')}s (no worker held)")
         else:
             self._line("phase", "blue", escape(str(d.get("phase"))))
+
+    def _on_guardrail(self, d: dict[str, Any]) -> None:
+        decision = str(d.get("decision"))
+        style = {"blocked": "red", "rewritten": "yellow"}.get(decision, "dim")
+        why = f": {escape(str(d['message']))}" if d.get("message") else ""
+        self._line("guard", style, f"{escape(str(d.get('guardrail')))} {decision} the "
+                                   f"{'query' if d.get('point') == 'run_start' else 'answer'}{why}")
 
     def _on_error(self, d: dict[str, Any]) -> None:
         self._line("error", "red", f"[{escape(str(d.get('kind') or 'error'))}] {escape(str(d.get('message')))}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -54,11 +55,14 @@ class Mode(str, Enum):
 
 
 def build_request(query: str, model: str | None, tools: str | None, mode: Mode,
-                  max_iterations: int | None, completion_check: bool) -> RunRequest:
+                  max_iterations: int | None, completion_check: bool,
+                  output_schema: str | None = None) -> RunRequest:
     """Options → a validated ``RunRequest`` (exit 2 naming the field otherwise)."""
     from reactq.shared.requests import RunRequest
 
     fields: dict[str, Any] = {"query": query, "mode": mode.value, "completion_check": completion_check}
+    if output_schema is not None:
+        fields["output_schema"] = read_schema(output_schema)
     if model:
         fields["model"] = model
     if tools is not None:
@@ -69,6 +73,19 @@ def build_request(query: str, model: str | None, tools: str | None, mode: Mode,
         return RunRequest.model_validate(fields)
     except ValidationError as exc:
         fail(f"invalid request: {validation_message(exc)}")
+
+
+def read_schema(spec: str) -> Any:
+    """``--output-schema``: inline JSON (``{...}``) or the path of a JSON file."""
+    from reactq.shared.inputs import loads_strict
+
+    try:
+        text = spec if spec.lstrip().startswith("{") else Path(spec).read_text()
+        return loads_strict(text, field="output_schema")
+    except OSError as exc:
+        fail(f"--output-schema: cannot read {spec!r}: {exc.strerror or exc}")
+    except RequestError as exc:
+        fail(f"--output-schema: {exc}")
 
 
 def follow(handle: RunHandle, *, as_json: bool, after: str | None = None) -> int:
@@ -175,9 +192,12 @@ def run(
     thread: str | None = typer.Option(None, "--thread", help="continue this thread's conversation"),
     strategy: threads.Strategy = typer.Option(threads.Strategy.inject, "--strategy",
                                               help="while the thread has an active run"),
+    output_schema: str | None = typer.Option(
+        None, "--output-schema", help="a JSON Schema the answer must fit: inline JSON or a file"),
 ) -> None:
     """Run an agent and render it live: thinking, tool calls, the streamed answer, a footer."""
-    req = build_request(query, model, tools, mode, max_iterations, not no_completion_check)
+    req = build_request(query, model, tools, mode, max_iterations, not no_completion_check,
+                        output_schema)
     req = threads.with_thread(req, thread, strategy)
     if thread and local:
         fail("--thread needs Redis and workers: it cannot be combined with --local")

@@ -118,6 +118,9 @@
         cards.append(h("article", { class: "card inject" }, h("div", { class: "head" }, h("span", { class: "name" }, "Your message"), RQ.badge("injected")), h("pre", {}, d.content)));
       } else if (channel === "error") {
         cards.append(h("article", { class: "card errorcard" }, h("div", { class: "head" }, h("span", { class: "name" }, "Error"), RQ.badge(d.kind || "error")), h("p", { class: "error" }, d.message)));
+      } else if (channel === "guardrail") {
+        cards.append(h("p", { class: d.decision === "blocked" ? "error" : "muted" },
+          `guardrail ${d.guardrail} ${d.decision} the ${d.point === "run_start" ? "query" : "answer"}${d.message ? `: ${d.message}` : ""}`));
       } else if (channel === "phase" || channel === "compact") {
         cards.append(h("p", { class: "muted" }, channel === "compact"
           ? `context compacted: ${d.original_messages} → ${d.kept_messages} messages`

@@ -100,4 +100,4 @@ def result_of(state: DagState) -> dict[str, Any]:
             "confidence": analysis.confidence, "rounds": state.round,
             "usage": state.usage.public(),
             "elapsed": round((state.ended_at or state.started_at) - state.started_at, 3),
-            "status": state.status, "error": state.error}
+            "status": state.status, "error": state.error, "output": state.output}

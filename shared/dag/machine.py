@@ -52,7 +52,7 @@ def new_dag(dag_id: str, request: DagRequest, *, model: str, now: float) -> DagS
     """A fresh DAG in round 1, phase planning; ``model`` is the smart model's name."""
     return DagState(dag_id=dag_id, goal=request.goal, model=model, tools=request.tools,
                     max_concurrency=request.max_concurrency, max_rounds=request.max_rounds,
-                    metadata=request.metadata, started_at=now)
+                    metadata=request.metadata, started_at=now, output_schema=request.output_schema)
 
 
 def start_planning(state: DagState) -> Transition:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
+from reactq.shared.engine.output import output_prompt
 from reactq.shared.models import ChatMessage
 
 from . import prompts as P
@@ -89,6 +91,14 @@ def synthesis_messages(goal: str, steps: Sequence[StepState], analysis: Analysis
         user += f"\n\nAssessment: {analysis.reasoning}"
     return [ChatMessage(role="system", content=P.SYNTHESIS_SYSTEM),
             ChatMessage(role="user", content=user)]
+
+
+def output_messages(goal: str, steps: Sequence[StepState], analysis: AnalysisResult | None,
+                    schema: dict[str, Any], *, truncation: int = 10_000) -> list[ChatMessage]:
+    """The synthesis' request for a DAG with an ``output_schema``: the same sources, and the
+    answer asked for as JSON valid against the schema."""
+    system, user = synthesis_messages(goal, steps, analysis, truncation=truncation)
+    return [system, user.model_copy(update={"content": f"{user.content}\n\n{output_prompt(schema)}"})]
 
 
 def fallback_answer(steps: Sequence[StepState]) -> str:

@@ -94,6 +94,10 @@ class DagState(BaseModel):
     started_at: float = 0.0
     ended_at: float | None = None
     error: str | None = None
+    output_schema: dict[str, Any] | None = None
+    """DagRequest.output_schema: the final answer is JSON valid against it."""
+    output: Any = None
+    """The parsed final answer once it validated."""
 
     def effective_goal(self) -> str:
         """The goal with every follow-up the user sent appended."""

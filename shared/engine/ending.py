@@ -41,8 +41,9 @@ def finish(state: RunState, answer: str, *, now: float, pending: list[str] | Non
     return events + [_done(state, pending)]
 
 
-def fail(state: RunState, error: BaseException | str, *, now: float, kind: str = "llm_error") -> list[Event]:
-    """End a run that cannot go on: ``error`` then ``done``."""
+def fail(state: RunState, error: BaseException | str, *, now: float, kind: str = "llm_error",
+         **extra: Any) -> list[Event]:
+    """End a run that cannot go on: ``error`` (with ``extra`` fields) then ``done``."""
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     answer_open_calls(state, P.CANCELLED_OBSERVATION)
     state.status = "failed"
@@ -50,7 +51,7 @@ def fail(state: RunState, error: BaseException | str, *, now: float, kind: str =
     state.ended_at = now
     state.error = message
     state.final_answer = f"Agent error: {message}"
-    return [emit(state, "error", message=message, kind=kind), _done(state, None)]
+    return [emit(state, "error", message=message, kind=kind, **extra), _done(state, None)]
 
 
 def cancel(state: RunState, *, now: float, reason: str = "cancelled by request") -> list[Event]:
@@ -72,7 +73,8 @@ def _stop(state: RunState, now: float, observation: str, message: str, kind: str
     state.status = "cancelled"
     state.phase = "done"
     state.ended_at = now
-    state.final_answer = state.answer or ""
+    # An answer a guardrail has not passed never reaches ``done``.
+    state.final_answer = "" if state.answer_guarded else state.answer or ""
     return [emit(state, "error", message=message, kind=kind, **extra), _done(state, None)]
 
 
@@ -102,6 +104,7 @@ def _done(state: RunState, pending: list[str] | None) -> Event:
         "elapsed": result.elapsed,
         "status": result.status,
         "run_id": state.run_id,
+        "output": result.output,
     }
     if pending:
         data["pending_injections"] = pending

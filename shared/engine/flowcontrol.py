@@ -7,7 +7,7 @@ say what happens to the run.
 from __future__ import annotations
 
 from reactq.shared.engine import prompts as P
-from reactq.shared.engine.ending import answer_delta, answer_open_calls, finish, synthesis_started
+from reactq.shared.engine.ending import answer_delta, answer_open_calls, fail, finish, synthesis_started
 from reactq.shared.engine.loop import emit, to_answer
 from reactq.shared.engine.result import step_summary
 from reactq.shared.engine.state import RunState
@@ -35,7 +35,13 @@ def budget_reached(state: RunState, spent: int) -> bool:
 def stop_for_budget(state: RunState, spent: int, *, now: float) -> list[Event]:
     """The run's token budget is used up: no further LLM call. The answer is the
     max-iterations summary text itself, streamed as-is; the run ``succeeded`` like
-    the other fallbacks, with an ``error`` event ``kind: "budget"``."""
+    the other fallbacks, with an ``error`` event ``kind: "budget"``. A run with an
+    ``output_schema`` ends ``failed`` instead (its answer must be JSON valid against it)."""
+    if state.output_schema is not None:
+        # A typed answer cannot be the summary text: the run fails, naming the budget.
+        return fail(state, f"Token budget reached: {spent} of {state.token_budget} tokens used "
+                           "before the answer was valid against output_schema",
+                    now=now, kind="budget", spent=spent, token_budget=state.token_budget)
     answer_open_calls(state, P.CANCELLED_OBSERVATION)
     text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)
     events = [emit(state, "error", kind="budget", spent=spent, token_budget=state.token_budget,

@@ -29,6 +29,8 @@ class RunResult:
     error: str | None
     mode: str
     model: str
+    output: Any = None
+    """The answer as parsed JSON, for a run with an ``output_schema`` (else None)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +52,7 @@ def run_result(state: RunState) -> RunResult:
         error=state.error,
         mode=state.mode,
         model=state.model,
+        output=state.output,
     )
 
 

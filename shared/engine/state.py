@@ -124,6 +124,16 @@ class RunState(BaseModel):
     """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
+    output_schema: dict[str, Any] | None = None
+    """RunRequest.output_schema: the answer is a JSON value valid against it."""
+    output: Any = None
+    """The parsed answer once it validated (``output_schema`` runs)."""
+    output_attempts: int = 0
+    """Answer attempts made so far (each one step; the first plus the repairs)."""
+    output_feedback: list[ChatMessage] = Field(default_factory=list)
+    """The failed attempts and the validator's errors, which the next attempt sees."""
+    answer_guarded: bool = False
+    """An ANSWER guardrail checks the answer: no unchecked text ends up in ``done``."""
     webhook_on_done: bool = False
     """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
 

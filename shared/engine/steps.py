@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reactq.shared.engine import ending, loop
+from reactq.shared.engine import answers, ending, guard, loop
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
@@ -27,7 +27,7 @@ from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
-from reactq.shared.hooks import HookRegistry
+from reactq.shared.hooks import HookPoint, HookRegistry
 from reactq.shared.llm.base import LLM, ability, answer_synthesis, max_tool_turns
 from reactq.shared.settings import EngineConfig
 from reactq.shared.tools.base import ToolRegistry
@@ -77,7 +77,17 @@ class StepIO(Protocol):
 
 
 async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
-    """``SelectTools``: tool selection when there are many tools, then the first messages."""
+    """``SelectTools``: the ``RUN_START`` guardrails (when registered), tool selection when
+    there are many tools, then the first messages."""
+    events: list[Event] = []
+    if deps.hooks.has(HookPoint.RUN_START):
+        checked = await guard.check_query(state, deps.hooks, now=deps.clock())
+        if checked.answer is None:  # blocked: the run ends before any LLM call
+            return advanced(state, checked.events, SelectTools())
+        events = checked.events
+        await io.publish(events)  # before selection's call, as the decision came first
+        events = []
+    state.answer_guarded = deps.hooks.has(HookPoint.ANSWER)
     selected: list[str] | None = None
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])
@@ -90,7 +100,7 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
         )
     loop.set_tools(state, selected)
     loop.start(state, deps.schemas(state), now=deps.clock())
-    return advanced(state, [], SelectTools())
+    return advanced(state, events, SelectTools())
 
 
 async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
@@ -143,7 +153,14 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
     ``published_seq`` > ``state.seq`` means an earlier attempt of this step already streamed
     part of the answer and died: what was sent stays sent and the loop's answer follows,
     exactly as for a stream that broke (so each ``seq`` is published once).
+
+    A run with an ``output_schema`` or an ``ANSWER`` guardrail publishes nothing of its
+    answer before it is checked (``answers``).
     """
+    if state.output_schema is not None:
+        return await answers.typed_answer_step(state, deps, io)
+    if deps.hooks.has(HookPoint.ANSWER) and published_seq <= state.seq:
+        return await answers.guarded_answer_step(state, deps, io)
     fallback = state.answer or ""
     if published_seq > state.seq:
         state.seq = published_seq

@@ -2,12 +2,17 @@
 
 Three levels are tried in order, each only if the model can do it:
 
-* ``native_fc``: a forced function call whose arguments are the data (no retry);
+* ``native_fc``: a forced function call whose arguments are the data (no retry) — or, with
+  ``prefer_json_schema`` and a model whose registry entry has the ``json_schema`` ability,
+  ``json_schema``: ``response_format={"type": "json_schema", ...}`` with the schema (a
+  constrained server: llama.cpp's grammar, vLLM's guided decoding), one reformat retry;
 * ``json_mode``: ``response_format={"type": "json_object"}``, one reformat retry;
 * ``plain_text``: free text through ``extract_json`` then ``regex_fallback``, one retry.
 
 A failed attempt is: the LLM raised, no JSON object was found, or ``parse_fn`` returned
-``None`` or raised. Only ``StructuredOutputError`` (and cancellation) ever escapes.
+``None`` or raised. Only ``StructuredOutputError``, cancellation and the exception types the
+caller names in ``passthrough`` (e.g. ``RateLimited``: the step waits, it did not fail) ever
+escape.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Level = Literal["native_fc", "json_mode", "plain_text"]
+Level = Literal["native_fc", "json_schema", "json_mode", "plain_text"]
 
 REFORMAT_PROMPT = (
     "Your previous response could not be parsed as valid JSON. Please respond with ONLY "
@@ -92,6 +97,7 @@ class _Session:
     regex_fallback: Callable[[str], dict[str, Any] | None] | None
     temperature: float | None
     max_tokens: int | None
+    passthrough: tuple[type[BaseException], ...] = ()
     calls: int = 0
     usage: Usage = field(default_factory=Usage)
     last_content: str = ""
@@ -103,6 +109,8 @@ class _Session:
             result = await self.llm.chat(
                 messages, temperature=self.temperature, max_tokens=self.max_tokens, **kwargs
             )
+        except self.passthrough:
+            raise
         except Exception as exc:  # noqa: BLE001 — any LLM failure is a failed attempt.
             logger.warning("structured_llm_call(%s): LLM call failed: %s",
                            self.function_name, exc)
@@ -131,6 +139,9 @@ async def structured_llm_call(
     default_value: Any = _UNSET,
     temperature: float | None = None,
     max_tokens: int | None = None,
+    prefer_json_schema: bool = False,
+    allow_native: bool = True,
+    passthrough: tuple[type[BaseException], ...] = (),
 ) -> StructuredCallResult[Any]:
     """Get a JSON object matching ``schema`` from ``llm``, degrading level by level.
 
@@ -138,8 +149,8 @@ async def structured_llm_call(
     was given.
     """
     session = _Session(llm, list(messages), schema, function_name, parse_fn,
-                       regex_fallback, temperature, max_tokens)
-    for level in _levels(llm):
+                       regex_fallback, temperature, max_tokens, passthrough)
+    for level in _levels(llm, prefer_json_schema, allow_native):
         attempt = await _run_level(session, level)
         if attempt.ok:
             assert attempt.data is not None
@@ -151,10 +162,13 @@ async def structured_llm_call(
     raise StructuredOutputError(_failure_message(session.last_content))
 
 
-def _levels(llm: LLM) -> list[Level]:
-    """The levels this model supports, in degradation order."""
+def _levels(llm: LLM, prefer_json_schema: bool = False, allow_native: bool = True) -> list[Level]:
+    """The levels this model supports, in degradation order (``allow_native=False``:
+    no function call, e.g. for a run the caller put in JSON mode)."""
     levels: list[Level] = []
-    if ability(llm, "tool_call") and ability(llm, "tool_choice", default=True):
+    if prefer_json_schema and ability(llm, "json_schema"):
+        levels.append("json_schema")
+    elif allow_native and ability(llm, "tool_call") and ability(llm, "tool_choice", default=True):
         levels.append("native_fc")
     if ability(llm, "json_mode"):
         levels.append("json_mode")
@@ -206,6 +220,9 @@ async def _text_attempt(session: _Session, level: Level,
     kwargs: dict[str, Any] = {}
     if level == "json_mode":
         kwargs["response_format"] = {"type": "json_object"}
+    elif level == "json_schema":
+        kwargs["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": session.function_name, "schema": session.schema}}
     result = await session.chat(messages, **kwargs)
     if result is None:
         return _Attempt()

@@ -9,17 +9,19 @@ from reactq.shared.models import ChatMessage
 
 
 def synthesis_messages(state: RunState, *, directive: str | None = None,
-                       language_directive: str | None = None) -> list[ChatMessage]:
+                       language_directive: str | None = None,
+                       system_prompt: str = P.SYNTHESIS_SYSTEM) -> list[ChatMessage]:
     """The synthesizer's system prompt and ``Question: … Agent execution trace: …``.
 
     The trace holds every tool call and its result (cut when recorded), in both modes; the
     completion checklist and its verification reply are never part of it.
     ``directive`` defaults to the run's extra instructions, so the synthesizer, which writes
     what the user reads, follows them as the loop did ("always answer in French").
+    ``system_prompt``: the synthesizer's instructions (a typed answer has its own).
     """
     if directive is None:
         directive = state.system_prompt
-    system = P.SYNTHESIS_SYSTEM
+    system = system_prompt
     if directive:
         system += f"\n\n## Agent Directive\n{directive}"
     if language_directive:

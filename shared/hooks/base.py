@@ -1,10 +1,15 @@
-"""Tool-execution hooks: the deterministic enforcement layer.
+"""Hooks: the deterministic enforcement layer, and guardrails.
 
 Hooks run in the worker, around every tool call, outside the LLM loop: nothing the LLM
 says can skip them. ``PRE_TOOL_USE`` hooks may block a call or rewrite its arguments;
 ``POST_TOOL_USE`` hooks may rewrite the observation. Hooks of one point run in ascending
 priority (ties in registration order); a hook that raises is logged as a side effect and
 never crashes the run.
+
+Guardrails are hooks at two more points: ``RUN_START`` (the query, before the run's first LLM
+call) and ``ANSWER`` (the final answer and its ``output``, before anything of it is
+published). Either may block the run (``allow=False``); an ``ANSWER`` hook may rewrite the
+answer (``modified_answer``). ``run_guardrails`` runs them and says who decided what.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ class HookPoint(str, Enum):
     PRE_TOOL_USE = "pre_tool_use"
     POST_TOOL_USE = "post_tool_use"
     SESSION_START = "session_start"
+    RUN_START = "run_start"
+    """Before the run's first LLM call; the context carries ``query``."""
+    ANSWER = "answer"
+    """The final answer (and ``output``), before anything of it is published."""
 
 
 @dataclass
@@ -39,6 +48,12 @@ class HookContext:
     user_id: str | None = None
     conversation_id: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    query: str | None = None
+    """The run's query (``RUN_START`` and ``ANSWER``)."""
+    answer: str | None = None
+    """The final answer's text (``ANSWER``; the JSON text for an ``output_schema`` run)."""
+    output: Any = None
+    """The parsed answer of an ``output_schema`` run (``ANSWER``), else None."""
 
 
 @dataclass
@@ -48,6 +63,31 @@ class HookResult:
     modified_result: str | None = None
     side_effects: list[str] = field(default_factory=list)
     error: str | None = None
+    modified_answer: str | None = None
+    """``ANSWER``: the text to publish instead (redaction)."""
+    ask: bool = False
+    """``PRE_TOOL_USE``: ask a person to approve the call before it runs."""
+    reason: str | None = None
+    """Why (shown with an approval request)."""
+
+
+@dataclass
+class Decision:
+    """What one guardrail decided: ``allowed``, ``rewritten`` or ``blocked``."""
+
+    guardrail: str
+    decision: str
+    message: str | None = None
+
+
+@dataclass
+class Guarded:
+    """The outcome of a guardrail point: every hook's decision, the (possibly rewritten)
+    answer, and the hook that blocked, if one did (the chain stops there)."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    answer: str | None = None
+    blocked: Decision | None = None
 
 
 Handler = Callable[[HookContext], Awaitable[HookResult]]
@@ -151,6 +191,30 @@ class HookRegistry:
                 modified = res.modified_result
                 result = res.modified_result
         return HookResult(allow=True, modified_result=modified, side_effects=effects)
+
+    def has(self, point: HookPoint) -> bool:
+        """Whether any hook is registered at ``point`` (what a run without guardrails asks)."""
+        return any(h.hook_point == point for h in self._hooks)
+
+    async def run_guardrails(self, point: HookPoint, ctx: HookContext) -> Guarded:
+        """Run the hooks of ``RUN_START`` or ``ANSWER`` in order; each ``ANSWER`` hook sees the
+        answer as rewritten so far. The first block stops the chain. A hook that raises is
+        logged and counts as allowing (as at the tool points)."""
+        out = Guarded(answer=ctx.answer)
+        for hook in self._ordered(point, None):
+            ctx.answer = out.answer
+            res = await self._call(hook, ctx)
+            if not res.allow:
+                out.blocked = Decision(hook.name, "blocked", res.error or f"Blocked by guardrail '{hook.name}'")
+                out.decisions.append(out.blocked)
+                return out
+            if point == HookPoint.ANSWER and res.modified_answer is not None \
+                    and res.modified_answer != out.answer:
+                out.answer = res.modified_answer
+                out.decisions.append(Decision(hook.name, "rewritten"))
+            else:
+                out.decisions.append(Decision(hook.name, "allowed"))
+        return out
 
     async def run_session_start(self, ctx: HookContext) -> HookResult:
         effects: list[str] = []

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from reactq.shared.hooks.builtins import builtin_hooks
+from reactq.shared.hooks.guardrails import guardrail_hooks
 from reactq.shared.hooks.base import Hook, HookRegistry
 from reactq.shared.plugins import load_entries
 from reactq.shared.settings import Settings
@@ -45,10 +46,11 @@ def load_hooks(
 
 
 def default_hooks(settings: Settings, *, builtins: bool = True) -> HookRegistry:
-    """The built-in hooks (unless ``builtins=False``) plus ``load_hooks(settings.hooks)``."""
+    """The built-ins (unless ``builtins=False``), the guardrails the settings switch on
+    (``REACTQ_GUARDRAIL_*``), then ``load_hooks(settings.hooks)``."""
     registry = HookRegistry(builtin_hooks(rate_limit=settings.connector_rate_limit,
                                           rate_window_s=settings.connector_rate_window_s)
                             if builtins else ())
-    for hook in load_hooks(settings.hooks):
+    for hook in [*guardrail_hooks(settings), *load_hooks(settings.hooks)]:
         registry.register(hook)
     return registry

@@ -212,12 +212,13 @@ def public_view(rec: DagRecord) -> dict[str, Any]:
     if state is None:
         steps = [{**s, "status": "pending", "run_id": None, "result": None}
                  for s in rec.request.get("steps") or []]
-        return {**base, "phase": "planning", "round": 0, "steps": steps, "answer": None,
+        return {**base, "phase": "planning", "round": 0, "steps": steps, "answer": None, "output": None,
                 "achieved": None, "confidence": None, "rounds": [], "result": None}
     analysis = state.analysis
     return {**base, "phase": state.phase, "round": state.round,
             "steps": [s.public() for s in state.steps],
             "answer": state.answer if state.phase == "done" else None,
+            "output": state.output if state.phase == "done" else None,
             "achieved": analysis.achieved if analysis else None,
             "confidence": analysis.confidence if analysis else None,
             "followups": state.followups,

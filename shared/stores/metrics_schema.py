@@ -63,6 +63,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("model", "kind")),
     Family("flow_budget_stops", "counter", "Runs stopped by their token budget, batch lines skipped.",
            ("scope",)),
+    # guardrails (hooks at run_start and answer): a block or a rewrite
+    Family("guardrail_trips", "counter", "Guardrails that blocked a run or rewrote its answer.",
+           ("guardrail", "point")),
     # webhooks (reactq.workers.webhooks)
     Family("webhook_attempts", "counter",
            "Webhook delivery attempts, by message type and outcome (delivered, retry, final, refused).",

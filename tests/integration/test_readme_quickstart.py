@@ -58,6 +58,8 @@ def test_the_quickstart_runs_as_written(redis_url: str, llm: LLMFixture, tmp_pat
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
     env.update(REACTQ_REDIS_URL=redis_url, OPENAI_BASE_URL=llm.server.base_url, OPENAI_API_KEY="test-key",
                REACTQ_MODEL="scripted", HOME=str(tmp_path),
+               # Its own keys: the tool catalog another module's workers published is not its.
+               REACTQ_KEY_PREFIX=f"quickstart{os.getpid()}:",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
     # When: it runs as one shell session (the worker and the gateway in the background).
     # Output to files, not pipes: the background processes keep their ends open.

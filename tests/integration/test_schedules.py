@@ -53,7 +53,7 @@ def test_bad_schedules_are_refused_at_the_door_naming_the_field(http: TestClient
         resp = http.post("/v1/schedules", json=body)
         assert field in _loc(resp), (body, resp.json())
     both = http.post("/v1/schedules", json={"cron": "0 2 * * *", "interval_s": 60, "run": run}).json()
-    assert "cron" in both["detail"][0]["msg"] and "interval_s" in both["detail"][0]["msg"]
+    assert "cron" in both["error"]["message"] and "interval_s" in both["error"]["message"]
     assert http.get("/v1/schedules").json()["schedules"] == [], "nothing was stored"
 
 

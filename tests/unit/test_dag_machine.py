@@ -241,8 +241,9 @@ def test_done_reports_answer_achieved_confidence_rounds_usage_and_elapsed() -> N
     [done] = M.conclude(state, "the answer", clock.env())
     assert done.data == {"seq": done.seq, "answer": "the answer", "achieved": True,
                          "confidence": 0.9, "rounds": 1, "elapsed": 2.5, "status": "succeeded",
-                         "error": None, "usage": {"prompt_tokens": 0, "completion_tokens": 0,
-                                                  "total_tokens": 10, "llm_calls": 2}}
+                         "error": None, "output": None,
+                         "usage": {"prompt_tokens": 0, "completion_tokens": 0,
+                                   "total_tokens": 10, "llm_calls": 2}}
 
 
 def test_a_pipeline_error_ends_the_dag_failed_with_an_error_event() -> None:

@@ -306,3 +306,31 @@ async def test_tool_choice_false_skips_the_native_level() -> None:
     result = await call(llm)
     assert result.level_used == "plain_text"
     assert "tools" not in llm.calls[0].kwargs
+
+
+# --- options for typed answers ------------------------------------------------------
+
+
+async def test_prefer_json_schema_sends_the_schema_as_response_format_then_degrades() -> None:
+    llm = ScriptedLLM([text("no json"), text("still none"), text('{"answer": "7"}')],
+                      abilities={"tool_call": True, "json_mode": True, "json_schema": True})
+    result = await call(llm, prefer_json_schema=True)
+    assert result.level_used == "json_mode" and result.value == {"answer": "7"}
+    assert llm.calls[0].kwargs["response_format"] == {
+        "type": "json_schema", "json_schema": {"name": "answer_fn", "schema": SCHEMA}}
+    assert "tools" not in llm.calls[0].kwargs  # json_schema takes the first level's place
+
+
+async def test_allow_native_false_skips_the_function_call() -> None:
+    llm = ScriptedLLM([text('{"answer": "7"}')], abilities=ALL)
+    result = await call(llm, allow_native=False)
+    assert result.level_used == "json_mode" and "tools" not in llm.calls[0].kwargs
+
+
+async def test_passthrough_exceptions_escape_instead_of_degrading() -> None:
+    from reactq.shared.errors import RateLimited
+
+    llm = ScriptedLLM([RateLimited("m", 1.0, "rpm")], abilities=ALL)
+    with pytest.raises(RateLimited):
+        await call(llm, passthrough=(RateLimited,))
+    assert len(llm.calls) == 1

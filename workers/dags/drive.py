@@ -31,6 +31,7 @@ from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers import webhooks
 from reactq.workers.app import app
+from reactq.workers.dags.typed import typed_answer
 from reactq.workers.runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
@@ -260,6 +261,9 @@ def drive_answer(ctx: DagContext, dag_id: str) -> None:
     rec, state = live
     env = ctx.env()
     t = _interrupted(ctx, state, env)
+    if t is None and state.output_schema is not None:
+        leftovers = [c for _, c in ctx.store.interrupts_after(dag_id, state.interrupt_cursor)]
+        t = typed_answer(ctx, state, leftovers)
     if t is None:
         text, events = _answer_text(ctx, rec, state)
         env = ctx.env()  # the synthesis took time: elapsed is measured after it
