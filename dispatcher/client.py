@@ -22,14 +22,16 @@ import redis
 from celery import Celery
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import NoWorker, RequestError, RunNotFound
+from reactq.shared.errors import NoWorker, RequestError, RunNotFound, TooManyRequests
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
 from reactq.shared.redisconn import client as state_client
-from reactq.shared.requests import RunRequest, check_run_request
+from reactq.shared.requests import RunRequest, check_priced, check_run_request
 from reactq.shared.settings import Settings
+from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.stores.runs import RunStore
+from reactq.shared.tenancy import DEFAULT_TENANT
 from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 from reactq.shared.stores.idempotency import idempotent_id
@@ -115,6 +117,24 @@ class RunHandle:
         # Nudge: a run waiting on slow tools ends now instead of when they report.
         self.d.send(ITERATE, [self.run_id, rec.step_no])
 
+    def approvals(self) -> list[dict[str, Any]]:
+        """The run's approvals (every status), oldest first."""
+        self.d.store.status(self.run_id)  # RunNotFound for an unknown run
+        return self.d.approvals.for_run(self.run_id)
+
+    def decide(self, approval_id: str, decision: str, *, args_digest: str | None = None,
+               args: dict[str, Any] | None = None, message: str | None = None,
+               by: str | None = None) -> dict[str, Any]:
+        """Decide a pending approval: ``approve``, ``edit`` (with ``args``), ``reject``
+        (optional ``message`` for the model) or ``respond`` (``message`` is the call's answer).
+        ``args_digest``: that of the arguments the decider saw (default: the pending
+        request's, read now). Returns ``{approval_id, status}``; ``ApprovalConflict`` when it
+        was decided already or the digest differs, ``RunNotFound`` for an unknown id."""
+        from reactq.dispatcher.approvals import decide
+
+        return decide(self.d, self.run_id, approval_id, decision, args_digest=args_digest, args=args,
+                      message=message, by=by)
+
     def result(self, timeout: float | None = RESULT_TIMEOUT, poll: float = 0.05, *,
                pickup_check: float | None = PICKUP_CHECK) -> dict[str, Any]:
         """Wait until the run ended; returns its stored result.
@@ -163,10 +183,24 @@ class Dispatcher:
                         maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
 
     @cached_property
+    def approvals(self) -> ApprovalStore:
+        return approvals_of(self.store)
+
+    @cached_property
     def celery(self) -> Celery:
         app = Celery("reactq-dispatcher")
         app.conf.update(celery_config(self.settings))
         return app
+
+    def model_specs(self) -> list[dict[str, Any]]:
+        """The models' public entries (name, roles, price, …) from the catalog, else from
+        this process's registry."""
+        raw = self.redis.hget(self.keys.catalog, "models")
+        if raw:
+            return list(json.loads(raw))
+        from reactq.shared.llm.registry import load_registry
+
+        return [s.model_dump(mode="json") for s in load_registry(self.settings).specs()]
 
     def catalog(self) -> tuple[list[str], list[str]]:
         """(tool names, model names) for validation at the door.
@@ -193,32 +227,56 @@ class Dispatcher:
         req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
         tools, models = self.catalog()
         check_run_request(req, tools=tools, models=models)
+        if req.cost_budget_usd is not None:
+            check_priced("cost_budget_usd", req.model, self.model_specs())
         check_webhook(req.webhook, self.settings)
         return req
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
-               scheduled_for: str | None = None) -> RunHandle:
-        """Validate, store and enqueue a run. An ``idempotency_key`` seen before returns the
-        existing run and enqueues nothing. ``batch_id`` files the run under its HTTP batch
-        in the run index (``GET /v1/runs?batch_id=``), ``schedule_id`` under its schedule
-        (with ``scheduled_for``, the tick, on a tick's run)."""
+               scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT) -> RunHandle:
+        """Validate, store and enqueue a run of ``tenant``. An ``idempotency_key`` the
+        tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
+        the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``),
+        ``schedule_id`` under its schedule (with ``scheduled_for``, the tick, on a tick's run)."""
         req = self.validate(request)
+        self.check_tenant_cap(req.model, tenant)
         if req.thread_id is not None:
             from reactq.dispatcher.threads import submit_on_thread
 
-            sub = submit_on_thread(self, req, run_id)
+            sub = submit_on_thread(self, req, run_id, tenant=tenant)
             handle = RunHandle(self, sub.run_id, created=sub.created)
             handle.injected, handle.interrupt_id = sub.injected, sub.interrupt_id
             return handle
         if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
-            run_id = uuid.uuid4().hex if req.idempotency_key is None else idempotent_id(req.idempotency_key)
+            run_id = (uuid.uuid4().hex if req.idempotency_key is None
+                      else idempotent_id(req.idempotency_key, tenant=tenant))
+        self.admit(tenant, run_id)
         rid, created = self.store.create(run_id, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id,
-                                         schedule_id=schedule_id, scheduled_for=scheduled_for)
+                                         schedule_id=schedule_id, scheduled_for=scheduled_for,
+                                         tenant=tenant)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)
+
+    def admit(self, tenant: str, run_id: str) -> None:
+        """A place among the tenant's ``max_active_runs`` for ``run_id``; ``TooManyRequests``
+        (HTTP 429 with ``Retry-After``) when every place is taken."""
+        from reactq.shared.stores.active import ActiveRuns
+        from reactq.shared.tenants import quota_of
+
+        limit = quota_of(self.settings, tenant).max_active_runs
+        if limit is not None and not ActiveRuns(self.redis, self.keys).admit(tenant, run_id, limit):
+            raise TooManyRequests(f"tenant {tenant} has {limit} active runs (its max_active_runs); "
+                                  "retry when one has ended", field="max_active_runs")
+
+    def check_tenant_cap(self, model: str | None, tenant: str) -> None:
+        """A tenant with a daily dollar cap may only use priced models (422 naming ``model``)."""
+        from reactq.shared.tenants import quota_of
+
+        if quota_of(self.settings, tenant).cost_per_day_usd is not None:
+            check_priced("model", model, self.model_specs())
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle for an existing run (``RunNotFound`` if there is none)."""

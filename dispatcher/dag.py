@@ -34,6 +34,7 @@ from reactq.shared.settings import Settings
 from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import DAG_ADVANCE, DAG_START
 from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.tenancy import DEFAULT_TENANT
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
 
@@ -141,15 +142,17 @@ class DagDispatcher:
         check_webhook(req.webhook, self.settings)
         return req
 
-    def submit(self, request: DagRequest | dict[str, Any], *, dag_id: str | None = None) -> DagHandle:
-        """Validate, store and enqueue. An ``idempotency_key`` seen before returns the
-        existing DAG and enqueues nothing."""
+    def submit(self, request: DagRequest | dict[str, Any], *, dag_id: str | None = None,
+               tenant: str = DEFAULT_TENANT) -> DagHandle:
+        """Validate, store and enqueue a DAG of ``tenant`` (its child runs are the tenant's
+        too). An ``idempotency_key`` the tenant used before returns the existing DAG and
+        enqueues nothing."""
         req = self.validate(request)
         if dag_id is None:  # a key names one id: a retry after a kill finds what it wrote
             dag_id = (uuid.uuid4().hex if req.idempotency_key is None
-                      else idempotent_id(req.idempotency_key, kind="dag"))
+                      else idempotent_id(req.idempotency_key, kind="dag", tenant=tenant))
         did, created = self.store.create(dag_id, req.model_dump(mode="json"),
-                                         idempotency_key=req.idempotency_key)
+                                         idempotency_key=req.idempotency_key, tenant=tenant)
         if created:
             self.runs.send(DAG_START, [did])
         return DagHandle(self, did, created=created)

@@ -23,6 +23,7 @@ from reactq.shared.requests import RunRequest
 from reactq.shared.schedule.models import PREVIEW, ScheduleRequest, SchedulePatch, merged
 from reactq.shared.schedule.times import fire_times, iso, next_after
 from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
+from reactq.shared.tenancy import DEFAULT_TENANT
 
 
 class ScheduleExists(RequestError):
@@ -43,11 +44,12 @@ class Schedules:
         except RequestError as exc:
             raise RequestError(str(exc), field=f"run.{exc.field}" if exc.field else "run") from exc
 
-    def create(self, req: ScheduleRequest) -> dict[str, Any]:
-        """Store a new schedule; its view with the next fire times."""
+    def create(self, req: ScheduleRequest, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+        """Store a new schedule of ``tenant`` (its runs are the tenant's); its view with the
+        next fire times."""
         self._check_run(req.run.model_dump(exclude_unset=True))
         first = None if req.paused else next_after(req.cadence(), time.time())
-        if not self.store.create(req, first):
+        if not self.store.create(req, first, tenant):
             raise ScheduleExists(f"schedule {req.schedule_id!r} exists", field="schedule_id")
         return self.get(req.schedule_id)
 
@@ -69,10 +71,11 @@ class Schedules:
     def list(self) -> list[dict[str, Any]]:
         return [self.view(rec) for rec in self.store.all()]
 
-    def page(self, *, limit: int, cursor: str | None) -> dict[str, Any]:
-        """``{schedules: [...], next_cursor}``, oldest first."""
+    def page(self, *, limit: int, cursor: str | None, tenant: str | None = None) -> dict[str, Any]:
+        """``{schedules: [...], next_cursor}``, oldest first (``tenant``: only its own)."""
         recs, nxt = self.store.page(limit=limit, cursor=cursor)
-        return {"schedules": [self.view(rec) for rec in recs], "next_cursor": nxt}
+        return {"schedules": [self.view(rec) for rec in recs if tenant is None or rec.tenant == tenant],
+                "next_cursor": nxt}
 
     def patch(self, schedule_id: str, patch: SchedulePatch) -> dict[str, Any]:
         """Change fields (the merged schedule is validated again, errors naming the field)."""
@@ -96,7 +99,8 @@ class Schedules:
     def trigger(self, schedule_id: str) -> RunHandle:
         """One run now, filed under the schedule (no ``scheduled_for``: it is no tick's)."""
         rec = self.record(schedule_id)
-        handle = self.d.submit(RunRequest.model_validate(rec.spec["run"]), schedule_id=schedule_id)
+        handle = self.d.submit(RunRequest.model_validate(rec.spec["run"]), schedule_id=schedule_id,
+                               tenant=rec.tenant)
         self.store.note_trigger(schedule_id, handle.run_id)
         return handle
 

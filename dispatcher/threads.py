@@ -23,6 +23,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.streams import text
+from reactq.shared.tenancy import DEFAULT_TENANT, thread_key
 from reactq.shared.stores.threads import (
     ORPHAN_AFTER,
     ThreadStore,
@@ -68,29 +69,33 @@ def thread_store(d: Dispatcher) -> ThreadStore:
     return ts
 
 
-def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None) -> Submitted:
-    """Start, enqueue, inject, reject or stop-and-replace, as ``req.multitask_strategy`` says."""
+def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, *,
+                     tenant: str = DEFAULT_TENANT) -> Submitted:
+    """Start, enqueue, inject, reject or stop-and-replace, as ``req.multitask_strategy`` says.
+    The thread is ``tenant``'s thread of that id (``tenancy.thread_key``)."""
     assert req.thread_id is not None
-    tid = req.thread_id
+    tid = thread_key(tenant, req.thread_id)
     if req.idempotency_key is not None:
-        existing = d.redis.get(d.keys.idem(req.idempotency_key))
+        existing = d.redis.get(d.keys.idem(req.idempotency_key, tenant))
         if existing:
             return Submitted(text(existing), created=False)
     ts = thread_store(d)
     repair(d, ts, tid)
     rid = run_id or uuid.uuid4().hex
+    d.admit(tenant, rid)
     decision = ts.submit(tid, rid, req.multitask_strategy, req.query)
     active = decision.active_run
     if decision.kind == "reject":
-        raise ThreadBusy(tid, active or "?")
+        raise ThreadBusy(req.thread_id, active or "?")
     if decision.kind == "inject":
         assert active is not None
         if req.idempotency_key is not None and not d.redis.set(
-                d.keys.idem(req.idempotency_key), active, nx=True, ex=d.store._index_ttl):
+                d.keys.idem(req.idempotency_key, tenant), active, nx=True, ex=d.store._index_ttl):
             return Submitted(active, created=False)  # a retry of an injection that already happened
         return Submitted(active, created=False, injected=True,
                          interrupt_id=d.store.add_interrupt(active, req.query))
-    stored, created = d.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key)
+    stored, created = d.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key,
+                                     tenant=tenant)
     if decision.kind == "start":
         _start(d, rid)
     elif decision.kind == "stopping" and active is not None:
@@ -145,9 +150,10 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
             _start(d, nxt)
 
 
-def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:
-    """``{thread_id, active_run, runs: [{run_id, status, query, created_at}], messages}``;
-    None when there is no such thread (never used, or expired)."""
+def thread_view(d: Dispatcher, thread_id: str, tenant: str = DEFAULT_TENANT) -> dict[str, Any] | None:
+    """``{thread_id, active_run, runs: [{run_id, status, query, created_at}], messages}`` of
+    ``tenant``'s thread; None when there is no such thread (never used, or expired)."""
+    tid = thread_key(tenant, thread_id)
     ts = thread_store(d)
     if not ts.touch(tid):
         return None
@@ -157,7 +163,7 @@ def thread_view(d: Dispatcher, tid: str) -> dict[str, Any] | None:
     runs = [{"run_id": e["run_id"], "status": s or "expired", "query": e["query"],
              "created_at": e["created_at"]} for e, s in zip(entries, statuses, strict=True)]
     messages = [m.model_dump(mode="json", include={"role", "content"}) for m in ts.history(tid)]
-    return {"thread_id": tid, "active_run": ts.active(tid), "runs": runs, "messages": messages}
+    return {"thread_id": thread_id, "active_run": ts.active(tid), "runs": runs, "messages": messages}
 
 
 __all__ = ["ORPHAN_AFTER", "ThreadBusy", "repair", "submit_on_thread", "thread_store", "thread_view"]

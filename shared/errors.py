@@ -102,5 +102,14 @@ class LocalServiceError(ReactqError, RuntimeError):
     """A process reactq starts on the user's behalf did not come up; the message names its log."""
 
 
+class ApprovalConflict(ReactqError):
+    """A decision that cannot be taken: the approval was decided already (the message names
+    how), its arguments' digest is not the one decided on, or the run is stopping."""
+
+    def __init__(self, message: str, record: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.record = record
+
+
 class NoWorker(ReactqError, TimeoutError):
     """A run is still queued and no worker answers: nothing will take it until one starts."""

@@ -13,8 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail"]
-CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done", "guardrail")
+Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail", "approval"]
+CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done", "guardrail",
+                             "approval")
 TERMINAL_CHANNEL = "done"
 
 
@@ -74,6 +75,14 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
         "guardrail": "the hook's name",
         "decision": "`allowed`, `rewritten` (the answer was changed, e.g. redacted) or `blocked` (the run ends `failed`)",
         "message": "why, when the hook gave a reason",
+    }),
+    "approval": ChannelDoc("A tool call waits for a person's decision, or was decided.", {
+        "status": "`requested`, then `approved`, `edited`, `rejected`, `responded` or `expired`",
+        "approval_id, tool_call_id": "the approval and the call it holds back",
+        "tool_name, tool_args, args_digest": "`requested`: the call as the model wrote it, and the hex SHA-256 "
+                                             "of its arguments as canonical JSON (a decision names it)",
+        "reason, expires_at": "`requested`: why it waits, and when `on_timeout` applies",
+        "decided_by, approved_args": "a decision: who decided (`timeout` for an expiry), an edit's arguments",
     }),
 }
 

@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import secrets
 import uuid
+from dataclasses import replace
 from collections.abc import Coroutine
 from typing import Any, assert_never
 
@@ -19,6 +20,7 @@ from reactq.shared.engine.next import (
 )
 from reactq.shared.engine.state import Interrupt, RunState
 from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.waiting import Approver
 from reactq.shared.errors import StateConflict
 from reactq.shared.events import Event, EventSink, ListSink
 from reactq.shared.llm.base import ability
@@ -72,7 +74,10 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     )
     state.priority = request.priority
     state.token_budget = request.token_budget
+    state.cost_budget_usd = request.cost_budget_usd
     state.output_schema = request.output_schema
+    if request.approval is not None:
+        state.approval = request.approval.model_dump(mode="json")
     state.webhook_on_done = request.webhook is not None and request.webhook.wants("done")
     return state
 
@@ -115,9 +120,13 @@ async def run_local(
     interrupts: InterruptQueue | None = None,
     cancel: asyncio.Event | None = None,
     run_id: str | None = None,
+    approver: Approver | None = None,
 ) -> RunState:
-    """Run to the end in this process; returns the final state (``status`` is terminal)."""
+    """Run to the end in this process; returns the final state (``status`` is terminal).
+    ``approver`` decides calls that wait for a person (``reactq.shared.engine.waiting``)."""
     req = RunRequest(query=request) if isinstance(request, str) else request
+    if approver is not None:
+        deps = replace(deps, approver=approver)
     state = new_state(req, deps, run_id=run_id)
     io = _IO(sink or ListSink(), interrupts)
     nxt = next_step(state)

@@ -14,8 +14,15 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``run:{id}:interrupts``           | stream | dispatcher            | with the run                |
 | ``run:{id}:tools``                | hash   | tool tasks (ledger)   | with the run                |
 |   field tool_call_id → JSON {status: pending|done, token, outcome}
-| ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run                |
+|   field approval:<approval_id> → JSON approval record (``shared/stores/approvals.py``)
+| ``run:{id}:fanin:{step}``         | set    | tool tasks            | with the run; none while a call waits |
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
+|   a tenant other than ``default``: ``idem@<tenant>:{key}``
+| ``runs:tenant:{tenant}``          | zset   | dispatcher            | like ``runs``               |
+| ``apikey:{sha256}``               | hash   | keys store            | none (deleted on revoke)    |
+| ``apikeys``                       | hash   | keys store            | none (key id → public JSON) |
+| ``tenant:{t}:spend:{day}``        | hash   | LLM middleware        | 2 days (dollars, reservations) |
+| ``tenant:{t}:active``             | zset   | dispatcher, workers   | none (active run ids)       |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
 | ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
 | ``runs:batch:{id}``, ``runs:thread:{id}``, ``runs:schedule:{id}`` | zset | create | refreshed at each create |
@@ -26,11 +33,13 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``lease:{lease-N}:held:{member}`` | string | workers (SET NX PX)   | the lease TTL               |
 |   N = crc32(member) mod ``LEASE_SHARDS``: one shard's three keys share a slot
 | ``due``                           | zset   | run/DAG commits (Lua) | none (member → deadline ms) |
-|   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``: work committed and not yet
+|   members ``run:{id}``, ``tool:{id}:{call}``, ``dag:{id}``, ``approval:{id}:{call}`` (an
+|   approval's expiry): work committed and not yet
 |   finished; watchdogs resend what is past its deadline and holds no lease (workers/recovery/watchdog.py).
 |   A cross-run structure (one per deployment), like ``runs``: not hash-tagged.
 |   Resend counts live in the owner's hash: ``run:{id}`` fields ``due_n``, ``due_n:{call}``;
 |   ``dag:{id}`` field ``due_n``.
+| ``approvals:pending``             | zset   | approval scripts      | none (``run/approval`` → requested_at) |
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
@@ -115,8 +124,31 @@ class Keys:
                 self.run_tools(run_id)]
 
     # -- cross-run --------------------------------------------------------------------
-    def idem(self, key: str) -> str:
-        return f"{self.prefix}idem:{{{key}}}"
+    def idem(self, key: str, tenant: str = "default") -> str:
+        """An idempotency key; a tenant other than ``default`` has its own names."""
+        scope = "" if tenant == "default" else f"@{tenant}"
+        return f"{self.prefix}idem{scope}:{{{key}}}"
+
+    def runs_tenant(self, tenant: str) -> str:
+        """The run index of one tenant (``GET /v1/runs`` for a tenant's key)."""
+        return f"{self.prefix}runs:tenant:{tenant}"
+
+    def api_key(self, digest: str) -> str:
+        """An API key's record, by the SHA-256 of its secret (the secret is never stored)."""
+        return f"{self.prefix}apikey:{{{digest}}}"
+
+    @property
+    def api_keys(self) -> str:
+        """Every API key's public record by key id (hash: key_id → JSON)."""
+        return f"{self.prefix}apikeys"
+
+    def tenant_spend(self, tenant: str, day: str) -> str:
+        """A tenant's dollars spent on one UTC day (hash: spent, reserved:<call>)."""
+        return f"{self.prefix}tenant:{{{tenant}}}:spend:{day}"
+
+    def tenant_active(self, tenant: str) -> str:
+        """A tenant's active runs (zset: run id → created_at), for ``max_active_runs``."""
+        return f"{self.prefix}tenant:{{{tenant}}}:active"
 
     @property
     def runs(self) -> str:
@@ -133,6 +165,12 @@ class Keys:
         """Work committed and not finished (zset: member → deadline ms), see workers/recovery/watchdog.py.
         A cross-run key: written beside a run's scripts on a Redis Cluster (shared/stores/runs.py)."""
         return f"{self.prefix}due"
+
+    @property
+    def approvals_pending(self) -> str:
+        """The operators' inbox: pending approvals of every run (zset: ``run_id/approval_id``
+        → requested_at, s). Cross-run, like ``due``: written beside the run's scripts."""
+        return f"{self.prefix}approvals:pending"
 
     def runs_thread(self, thread_id: str) -> str:
         return f"{self.prefix}runs:thread:{thread_id}"

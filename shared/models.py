@@ -53,9 +53,13 @@ class Usage(BaseModel):
     llm_calls: int = 0
     cache_read_input_tokens: int = 0
     cache_creation_input_tokens: int = 0
+    cost_usd: float = 0.0
+    """Dollars, for the calls whose model has a price (``reactq.shared.llm.pricing``)."""
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
+        out = {k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields}
+        out["cost_usd"] = round(self.cost_usd + other.cost_usd, 11)
+        return Usage(**out)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
@@ -72,15 +76,18 @@ class Usage(BaseModel):
             llm_calls=1,
             cache_read_input_tokens=int(data.get("cache_read_input_tokens") or 0),
             cache_creation_input_tokens=int(data.get("cache_creation_input_tokens") or 0),
+            cost_usd=float(data.get("cost_usd") or 0.0),
         )
 
-    def public(self) -> dict[str, int]:
-        """The ``usage`` object of the ``done`` event."""
+    def public(self) -> dict[str, Any]:
+        """The ``usage`` object of the ``done`` event: every call the run was billed for."""
         return {
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.total_tokens,
             "llm_calls": self.llm_calls,
+            "cached_tokens": self.cache_read_input_tokens,
+            "cost_usd": self.cost_usd,
         }
 
 

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
 
+from reactq.shared.engine.approval import ApprovalPolicy
 from reactq.shared.engine.output import check_schema
 from reactq.shared.errors import RequestError
 
@@ -84,6 +85,11 @@ class RunRequest(BaseModel):
     """Who gets a rate-limited model's capacity first (batch lines default to ``batch``)."""
     token_budget: int | None = Field(None, ge=1)
     """The run's cap on LLM tokens (every call paid); reached ⇒ the max-iterations summary."""
+    approval: ApprovalPolicy | None = None
+    """Which of the run's calls wait for a person (adds to the tools' ``requires_approval``)."""
+    cost_budget_usd: float | None = Field(None, gt=0, le=1_000_000)
+    """The run's cap in US dollars (every call priced); reached ⇒ the summary path. Its
+    model must have a price (else 422 at the door)."""
     output_schema: dict[str, Any] | None = None
     """A JSON Schema (draft 2020-12, at most 64 KB): the answer is then JSON valid against it."""
     webhook: WebhookSpec | None = None
@@ -167,5 +173,29 @@ def check_names(field: str, names: list[str] | None, known: list[str], what: str
 def check_run_request(req: RunRequest, *, tools: list[str], models: list[str]) -> None:
     """The registry-dependent part of validation (unknown tool or model names)."""
     check_names("tools", req.tools, tools, "tool names")
+    if req.approval is not None and isinstance(req.approval.tools, list):
+        check_names("approval.tools", req.approval.tools, tools, "tool names")
     if req.model is not None:
         check_names("model", [req.model], models, "model")
+
+
+def models_called(model: str | None, specs: list[dict[str, Any]]) -> list[str]:
+    """The models a run of ``model`` (None: the default) may call: its own, and the ``fast``
+    role's (tool selection, compaction). ``specs``: the catalog's model entries, in order."""
+    def first(role: str) -> str | None:
+        return next((s["name"] for s in specs if role in (s.get("roles") or [])), None)
+
+    own = model or first("general") or (specs[0]["name"] if specs else None)
+    names = [n for n in (own, first("fast") or own) if n is not None]
+    return list(dict.fromkeys(names))
+
+
+def check_priced(field: str, model: str | None, specs: list[dict[str, Any]]) -> None:
+    """A dollar cap needs every model the work may call to have a price: a cap that silently
+    covers only part of the spend is refused at the door."""
+    priced = {s["name"] for s in specs if s.get("price")}
+    unpriced = [n for n in models_called(model, specs) if n not in priced]
+    if unpriced:
+        raise RequestError(f"{field}: model {unpriced[0]!r} has no price in the model registry "
+                           "(price = {input_per_mtok, output_per_mtok}), so a dollar cap cannot "
+                           "be enforced", field=field)

@@ -163,7 +163,11 @@ class Settings(BaseSettings):
     worker_alive_file: Path | None = None
     """A worker touches this file when ready and every heartbeat (2 s): a liveness probe checks it is recent."""
     api_token: SecretStr | None = None
-    """Bearer token the HTTP gateway requires on every route but ``/healthz`` and ``/readyz``. Unset: the gateway is open."""
+    """Bearer token the HTTP gateway requires on every route but ``/healthz`` and ``/readyz``
+    (the ``admin`` key of tenant ``default``). Unset: the gateway is open."""
+    tenants: Path | None = None
+    """A TOML file of tenants' quotas: ``[tenants.NAME] max_active_runs, rpm, tpm,
+    cost_per_day_usd`` (``reactq.shared.tenants``)."""
     max_body_bytes: int = Field(1_000_000, ge=1024)
     """The largest request body the gateway accepts (413 above it)."""
     max_interrupt_chars: int = Field(20_000, ge=1)
@@ -176,6 +180,8 @@ class Settings(BaseSettings):
     """Tokens a call reserves for its completion when it sets no ``max_tokens``."""
     flow_inline_wait_s: float = Field(0.25, ge=0)
     """A wait for capacity up to this long is waited out in place; longer frees the slot."""
+    approval_timeout_s: int = Field(86_400, ge=1, le=30 * 24 * 3600)
+    """How long an approval waits when the run's ``approval.timeout_s`` does not say."""
     connector_rate_limit: int = Field(10, ge=0, le=1_000_000)
     """The built-in ``rate_limiter`` hook: calls per connector tool (a ``server__tool`` name,
     e.g. every MCP tool) per ``connector_rate_window_s``, counted in each worker process;

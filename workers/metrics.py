@@ -35,6 +35,7 @@ import redis
 
 from reactq.shared.engine.next import Advance, CallLLM, Done, RunTools
 from reactq.shared.engine.state import RunState, ToolOutcome
+from reactq.shared.flow.middleware import current_scope
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.registry import ModelRegistry
@@ -69,6 +70,11 @@ class Batch:
 
     def inc(self, family: str, labels: Iterable[str], amount: int = 1) -> Batch:
         self.ops.append(Op(("HINCRBY", self.rec.key(family), label_field(labels), amount)))
+        return self
+
+    def add(self, family: str, labels: Iterable[str], amount: float) -> Batch:
+        """A float counter (dollars)."""
+        self.ops.append(Op(("HINCRBYFLOAT", self.rec.key(family), label_field(labels), repr(amount))))
         return self
 
     def observe(self, family: str, labels: Iterable[str], value: float) -> Batch:
@@ -125,6 +131,9 @@ class Recorder:
             n = int((usage or {}).get(f"{kind}_tokens") or 0)
             if n:
                 b.inc("llm_tokens", [model, kind], n)
+        cost = float((usage or {}).get("cost_usd") or 0.0)
+        if cost:
+            b.add("cost_usd", [model, current_scope().tenant], cost)
         b.flush()
 
     # -- tools -------------------------------------------------------------------------

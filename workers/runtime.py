@@ -20,7 +20,7 @@ import redis
 from reactq.shared.engine.deps import DepsCache, model_for
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.steps import EngineDeps
-from reactq.shared.flow.middleware import FlowControl, limited_registry
+from reactq.shared.flow.middleware import FlowControl, FlowScope, limited_registry
 from reactq.shared.hooks import HookRegistry
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM
@@ -30,7 +30,9 @@ from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.stores.calls import CallLedger
 from reactq.shared.stores.flow import FlowLimiter
 from reactq.shared.stores.roundtrip import defer
-from reactq.shared.stores.runs import RunStore, spend_op
+from reactq.shared.stores.approvals import ApprovalStore, approvals_of
+from reactq.shared.stores.runs import RunStore, cost_op, spend_op
+from reactq.shared.stores.spend import TenantSpend
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
@@ -62,6 +64,10 @@ class Runtime:
         return CallLedger(self.store)
 
     @cached_property
+    def approvals(self) -> ApprovalStore:
+        return approvals_of(self.store)
+
+    @cached_property
     def leases(self) -> Leases:
         return Leases(self.redis, self.keys, self.settings.lease_seconds, holder=self.worker_name)
 
@@ -79,7 +85,17 @@ class Runtime:
         def on_spend(run_id: str, tokens: int) -> None:
             defer(r, [spend_op(keys, run_id, tokens)])
 
-        return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend,
+        tenant_spend = TenantSpend(r, keys)
+
+        def on_cost(scope: FlowScope, cost: float) -> None:
+            # The run's dollars and its tenant's day (the reservation released), deferred alike.
+            assert scope.run_id is not None
+            ops = [tenant_spend.settle_op(scope.tenant, scope.run_id, cost)]
+            if cost:
+                ops.append(cost_op(keys, scope.run_id, cost))
+            defer(r, ops)
+
+        return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend, on_cost=on_cost,
                            on_event=flow_recorder(self.recorder),
                            completion_estimate=self.settings.flow_completion_estimate,
                            inline_wait_s=self.settings.flow_inline_wait_s)

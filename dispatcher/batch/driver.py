@@ -27,8 +27,9 @@ from pydantic import ValidationError
 from reactq.dispatcher.batch.flow import BatchFlow
 from reactq.dispatcher.batch.items import BatchItem, Tally, format_validation, idem_key, invalid_result, run_result
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import RequestError, TooManyRequests
 from reactq.shared.requests import RunRequest
+from reactq.shared.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import ITERATE
 
 log = logging.getLogger(__name__)
@@ -58,11 +59,16 @@ class BatchDriver:
     cancelled: Callable[[], bool] | None = None
     """Polled each tick: True ⇒ cancel the runs in flight and skip the lines not started."""
     flow: BatchFlow = field(default_factory=lambda: BatchFlow())
+    tenant: str = DEFAULT_TENANT
+    """Whose runs these are (an HTTP batch: the tenant of the key that sent it)."""
+    cost_budget_usd: float | None = None
+    """The batch's cap in dollars on its runs' spend; reached ⇒ lines not started end ``skipped``."""
 
     def run(self, items: Iterable[BatchItem]) -> Tally:
         queue = deque(items)
         inflight: dict[str, BatchItem] = {}
         self.flow.spent_done = self.tally.tokens
+        self.flow.cost_done = self.tally.cost_usd
         while (queue or inflight) and not self.stop.is_set():
             self.flow.check(self, queue, inflight)
             self._fill(queue, inflight)
@@ -91,12 +97,15 @@ class BatchDriver:
             if req.idempotency_key is None:
                 req = req.model_copy(update={"idempotency_key": idem_key(self.source, item.id, req)})
             try:
-                handle = (self.dispatcher.submit(req, batch_id=self.batch_id) if self.batch_id
-                          else self.dispatcher.submit(req))
+                handle = (self.dispatcher.submit(req, batch_id=self.batch_id, tenant=self.tenant)
+                          if self.batch_id else self.dispatcher.submit(req, tenant=self.tenant))
             except ValidationError as exc:
                 item.error = f"line {item.line}: {format_validation(exc)}"
                 self._report(invalid_result(item))
                 continue
+            except TooManyRequests:
+                queue.appendleft(item)  # the tenant is at its max_active_runs: wait a tick
+                return
             except RequestError as exc:
                 item.error = f"line {item.line}: {exc}"
                 self._report(invalid_result(item))
@@ -141,6 +150,6 @@ class BatchDriver:
                 continue
             if st in TERMINAL_STATUSES and result is not None:
                 out.append((rid, json.loads(result), st))
-        if self.token_budget is not None:
+        if self.token_budget is not None or self.cost_budget_usd is not None:
             self.flow.read_spend(d, ids, {rid for rid, _, _ in out})
         return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
-from reactq.shared.stores.runs import SPENT_FIELD
+from reactq.shared.stores.runs import COST_FIELD, SPENT_FIELD
 
 if TYPE_CHECKING:
     from reactq.dispatcher.batch.driver import BatchDriver
@@ -28,21 +28,32 @@ class BatchFlow:
     spent_done: int = 0
     """Spend of the batch's runs that ended (plus what an earlier attempt reported)."""
     spent_live: dict[str, int] = field(default_factory=dict)
+    cost_done: float = 0.0
+    """Dollars of the batch's runs that ended (plus what an earlier attempt reported)."""
+    cost_live: dict[str, float] = field(default_factory=dict)
     cancel_sent: bool = False
 
     @property
     def spent(self) -> int:
         return self.spent_done + sum(self.spent_live.values())
 
+    @property
+    def cost(self) -> float:
+        return round(self.cost_done + sum(self.cost_live.values()), 11)
+
     def read_spend(self, d: Any, ids: list[str], finished: set[str]) -> None:
         """Refresh the spend of ``ids`` (in flight at this tick; ``finished`` just ended)."""
-        for rid, (raw,) in zip(ids, d.store.fields_of(ids, SPENT_FIELD), strict=True):
-            n = int(raw or 0)
+        rows = d.store.fields_of(ids, SPENT_FIELD, COST_FIELD)
+        for rid, (raw, raw_cost) in zip(ids, rows, strict=True):
+            n, cost = int(raw or 0), float(raw_cost or 0.0)
             if rid in finished:
                 self.spent_done += n
+                self.cost_done += cost
                 self.spent_live.pop(rid, None)
+                self.cost_live.pop(rid, None)
             else:
                 self.spent_live[rid] = n
+                self.cost_live[rid] = cost
 
     def check(self, driver: BatchDriver, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
         """Skip the lines not started (and cancel runs in flight) once the batch must stop."""
@@ -55,6 +66,8 @@ class BatchFlow:
                     driver.dispatcher.handle(rid).cancel()
         elif driver.token_budget is not None and self.spent >= driver.token_budget:
             reason = f"token budget reached ({self.spent} of {driver.token_budget} tokens)"
+        elif driver.cost_budget_usd is not None and self.cost >= driver.cost_budget_usd:
+            reason = f"cost budget reached (${self.cost:.4f} of ${driver.cost_budget_usd:.4f})"
         if reason is None or (not queue and reason != "cancelled"):
             return
         driver.tally.stopped = driver.tally.stopped or reason

@@ -143,6 +143,8 @@ class Tally:
     invalid: int = 0
     running: int = 0
     tokens: int = 0
+    cost_usd: float = 0.0
+    """Dollars the finished lines' runs were billed (priced models only)."""
     skipped: int = 0
     """Lines not started because the batch's token budget was reached or it was cancelled."""
     stopped: str | None = None
@@ -162,7 +164,9 @@ class Tally:
             self.skipped += 1
         else:
             self.failed += 1
-        self.tokens += int((res.get("usage") or {}).get("total_tokens") or 0)
+        usage = res.get("usage") or {}
+        self.tokens += int(usage.get("total_tokens") or 0)
+        self.cost_usd = round(self.cost_usd + float(usage.get("cost_usd") or 0.0), 11)
 
 
 def idem_key(source: str, item_id: str | int, request: RunRequest) -> str:

@@ -15,6 +15,7 @@ import redis
 
 from reactq.dispatcher.batch.driver import BatchDriver
 from reactq.dispatcher.batch.items import BatchItem, Tally
+from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import batch_index
@@ -39,14 +40,16 @@ class BatchStore:
         self.keys = keys
         self.ttl = ttl_seconds
 
-    def create(self, items: list[BatchItem], concurrency: int, token_budget: int | None = None,
+    def create(self, items: list[BatchItem], concurrency: int, token_budget: int | None = None, *,
+               tenant: str = DEFAULT_TENANT, cost_budget_usd: float | None = None,
                webhook: dict[str, Any] | None = None) -> str:
         batch_id = uuid.uuid4().hex
         now = f"{time.time():.6f}"
         batch_index(self.r, self.keys, self.ttl).add(batch_id, float(now))  # before the batch
         self.r.hset(self.keys.batch(batch_id), mapping={
             "status": "running", "total": len(items), "concurrency": concurrency, "running": 0,
-            "created_at": now, "updated_at": now,
+            "created_at": now, "updated_at": now, "tenant": tenant,
+            **({"cost_budget_usd": repr(cost_budget_usd)} if cost_budget_usd is not None else {}),
             "items": json.dumps([it.to_dict() for it in items], ensure_ascii=False),
             **({"token_budget": token_budget} if token_budget is not None else {}),
             **({"webhook": json.dumps(webhook)} if webhook is not None else {}),
@@ -56,6 +59,13 @@ class BatchStore:
     def webhook(self, batch_id: str) -> dict[str, Any] | None:
         raw = self.r.hget(self.keys.batch(batch_id), "webhook")
         return json.loads(raw) if raw else None
+
+    def tenant(self, batch_id: str) -> str:
+        return owner_of(self.r.hget(self.keys.batch(batch_id), "tenant"))
+
+    def cost_budget(self, batch_id: str) -> float | None:
+        raw = self.r.hget(self.keys.batch(batch_id), "cost_budget_usd")
+        return float(raw) if raw else None
 
     def token_budget(self, batch_id: str) -> int | None:
         raw = self.r.hget(self.keys.batch(batch_id), "token_budget")
@@ -115,11 +125,15 @@ class BatchStore:
             "batch_id": batch_id, "status": f["status"], "total": t.total, "done": t.done,
             "succeeded": t.succeeded, "failed": t.failed, "invalid": t.invalid,
             "running": running, "queued": max(0, t.total - t.done - running), "tokens": t.tokens,
+            "cost_usd": t.cost_usd,
             "created_at": float(f["created_at"]), "updated_at": float(f["updated_at"]),
+            "tenant": f.get("tenant", DEFAULT_TENANT),
         }
         if "token_budget" in f or "stopped" in f or t.skipped:
             view.update(skipped=t.skipped, token_budget=int(f["token_budget"]) if "token_budget" in f else None,
                         stopped=f.get("stopped"))
+        if "cost_budget_usd" in f:
+            view["cost_budget_usd"] = float(f["cost_budget_usd"])
         if with_results:
             view["results"] = results
         return view
@@ -165,7 +179,8 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
     driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency,
                          on_result=lambda res: store.add_result(batch_id, res), on_tick=tick, stop=stop,
                          batch_id=batch_id, token_budget=store.token_budget(batch_id),
-                         cancelled=lambda: store.cancel_requested(batch_id))
+                         cancelled=lambda: store.cancel_requested(batch_id), tenant=store.tenant(batch_id),
+                         cost_budget_usd=store.cost_budget(batch_id))
     try:
         driver.run(todo)
     except (redis.RedisError, ConfigError):

@@ -7,6 +7,8 @@
                    BATCH_ID`` (an HTTP batch, driven by a gateway)
 ``dags``           ``dag PLAN.json | --goal TEXT``; ``dag_ids``: ``dag status|watch|cancel``
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
+``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
+``keys``           ``keys create|list|revoke`` (API keys of tenants)
 ``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
 ``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
@@ -38,7 +40,7 @@ from typing import Any
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import batches, listing, ops, runs, schedules, threads
+from reactq.dispatcher.cli import approvals, batches, keys, listing, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -112,9 +114,12 @@ app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
 for ops_command in (ops.down, ops.models, ops.tools):
     app.command()(ops_command)
 app.command("thread")(threads.thread)
+for approval_command in (approvals.approvals, approvals.approve, approvals.reject, approvals.respond):
+    app.command()(approval_command)
 # The older name of 'reactq batch cancel BATCH_ID', kept working (not listed).
 app.command("batch-cancel", hidden=True)(batches.batch_cancel)
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:

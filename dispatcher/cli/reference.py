@@ -31,6 +31,9 @@ def commands() -> list[tuple[str, Any]]:
     for name, cmd in group.commands.items():
         if cmd.hidden:
             continue
+        if isinstance(getattr(cmd, "commands", None), dict):  # a group (``keys``): its commands
+            found += [(f"{name} {verb}", sub) for verb, sub in cmd.commands.items() if not sub.hidden]
+            continue
         if name not in VERBS:
             found.append((name, cmd))
             continue

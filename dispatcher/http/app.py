@@ -21,9 +21,10 @@ from reactq.dispatcher.http import flow as flow_http
 from reactq.dispatcher.http import runs_index as runs_index_http
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http import ui as ui_http
-from reactq.dispatcher.http import batches, dags, errors, openapi, ops, runs, schedules, webhooks
+from reactq.dispatcher.http import approvals, batches, dags, errors, keys, openapi, ops, runs, schedules, webhooks
 from reactq.dispatcher.http.gateway import Gateway
-from reactq.dispatcher.http.middleware import BearerAuth, BodyLimit, StrictJson
+from reactq.dispatcher.http.auth import KeyAuth
+from reactq.dispatcher.http.middleware import BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
 from reactq.shared.errors import ConfigError
 from reactq.shared.redisconn import check_cluster_mode
@@ -32,9 +33,9 @@ from reactq.shared.settings import Settings
 log = logging.getLogger("reactq.http")
 
 
-ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, runs_index_http.router,
+ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
-                            flow_http.router, schedules.router, webhooks.router]
+                            flow_http.router, schedules.router, approvals.router, webhooks.router]
 
 
 DESCRIPTION = (
@@ -107,7 +108,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:
-        app.add_middleware(BearerAuth, token=settings.api_token)
+        app.add_middleware(KeyAuth, token=settings.api_token, gateway=gw)
     # Outermost: a burst of requests enters the app a few per turn of the loop (``pacing``).
     app.add_middleware(Paced)
     return app

@@ -32,8 +32,8 @@ log = logging.getLogger("reactq.http")
 #: Seconds a client waits before retrying a 429 or a 503.
 RETRY_AFTER_S = 1
 
-__all__ = ["ERROR_RESPONSES", "conflict", "error_response", "field_error", "install", "interrupt_reply",
-           "not_found", "responses"]
+__all__ = ["ERROR_RESPONSES", "Forbidden", "conflict", "error_response", "field_error", "forbidden", "install",
+           "interrupt_reply", "not_found", "responses"]
 
 
 def error_response(status: int, message: str, *, field: str | None = None,
@@ -55,6 +55,20 @@ def field_error(field: str | None, msg: str, *, where: str | None = "body", stat
     if field:
         detail["field"] = field
     return error_response(status, msg, field=field, details=[detail])
+
+
+class Forbidden(Exception):
+    """The caller's key lacks ``scope`` (HTTP 403 naming it)."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"this API key lacks the scope {scope!r}")
+        self.scope = scope
+
+
+def forbidden(scope: str) -> JSONResponse:
+    """A 403 ``forbidden`` naming the scope the key lacks."""
+    msg = f"this API key lacks the scope {scope!r}"
+    return error_response(403, msg, details=[{"message": msg, "scope": scope}])
 
 
 def not_found(exc: Exception | str) -> JSONResponse:
@@ -109,6 +123,10 @@ async def _validation(_: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(validation_body([dict(e) for e in exc.errors()]), status_code=422)
 
 
+#: Seconds a 429 asks the client to wait (``Retry-After``).
+RETRY_AFTER_S = 1
+
+
 async def _request_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestError)
     if isinstance(exc, TooManyRequests):
@@ -123,6 +141,11 @@ async def _redis_down(_: Request, exc: Exception) -> JSONResponse:
 
 async def _not_found(_: Request, exc: Exception) -> JSONResponse:
     return not_found(exc)
+
+
+async def _forbidden(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Forbidden)
+    return forbidden(exc.scope)
 
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
@@ -146,7 +169,7 @@ def install(app: FastAPI) -> None:
         (redis.ConnectionError, _redis_down), (redis.TimeoutError, _redis_down),
         # A cluster client that reaches no node raises this (not a ConnectionError).
         (redis.exceptions.RedisClusterException, _redis_down),
-        (RunNotFound, _not_found), (RequestError, _request_error),
+        (RunNotFound, _not_found), (RequestError, _request_error), (Forbidden, _forbidden),
         (RequestValidationError, _validation), (StarletteHTTPException, _http),
         (ResponseValidationError, _internal), (Exception, _internal),
     ]

@@ -19,8 +19,8 @@ import redis
 from fastapi import APIRouter, Request
 
 from reactq.dispatcher.batch.store import BatchStore
+from reactq.dispatcher.http.auth import BatchWrite
 from reactq.dispatcher.http.errors import conflict, not_found, responses
-from reactq.dispatcher.http.gateway import IdPath
 from reactq.shared.api.dags import BatchCancelling
 from reactq.shared.api.ops import FlowModels
 from reactq.shared.stores.flow import FlowLimiter
@@ -41,7 +41,7 @@ def _parts(request: Request) -> tuple[redis.Redis, Keys, int]:
 
 @router.post("/v1/batches/{batch_id}/cancel", status_code=202, tags=["batches"], response_model=BatchCancelling,
              responses=responses(404, 409))
-async def cancel_batch(batch_id: IdPath, request: Request) -> Any:
+async def cancel_batch(batch_id: BatchWrite, request: Request) -> Any:
     """Cancel every run of the batch and skip the lines not started; 409 once it ended."""
     r, keys, ttl = _parts(request)
     store = BatchStore(r, keys, ttl)

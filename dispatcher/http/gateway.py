@@ -57,6 +57,7 @@ class Gateway:
         self._dispatcher = dispatcher
         self._dags = dags
         self._aredis = aredis
+        self._aredis_loop: asyncio.AbstractEventLoop | None = None  # None: given, or not yet made
         self._streams: aioredis.Redis | None = aredis
         self._hub: StreamHub | None = None
         self.stop = threading.Event()
@@ -78,9 +79,14 @@ class Gateway:
 
     @property
     def aredis(self) -> aioredis.Redis:
-        if self._aredis is None:
+        """The short-command client of the running event loop (a test client may run each
+        request on a loop of its own: a client's connections belong to one loop)."""
+        loop = _running_loop()
+        if self._aredis is None or (self._aredis_loop is not None and loop is not None
+                                    and self._aredis_loop is not loop):
             # Blocking pool: a burst of watchers waits for a connection instead of a 503.
             self._aredis = self._client(max_connections=COMMAND_POOL, timeout=10, socket_timeout=5)
+            self._aredis_loop = loop
         return self._aredis
 
     @property
@@ -151,6 +157,13 @@ class Gateway:
             await self._hub.close()
         for client in {id(c): c for c in (self._aredis, self._streams) if c is not None}.values():
             await client.aclose()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 async def get_gateway(request: Request) -> Gateway:

@@ -197,13 +197,17 @@ class ReactqCollector(Collector):
                 pipe.hgetall(key)
         for key in self.keys.metrics_all(INFLIGHT):
             pipe.hlen(key)
+        pipe.zcard(self.keys.approvals_pending)
         values = pipe.execute()
+        pending = values.pop()
         inflight = sum(values[len(families) * per:])
         raws = [_sum_shards(values[i * per:(i + 1) * per]) for i in range(len(families))]
         for fam, raw in zip(families, raws, strict=True):
             yield counter_family(fam, raw) if fam.kind == "counter" else histogram_family(fam, raw)
         yield GaugeMetricFamily("reactq_runs_in_flight",
                                 "Runs started by a worker that have not ended yet.", value=inflight)
+        yield GaugeMetricFamily("reactq_approvals_pending",
+                                "Approvals waiting for a person's decision, every run.", value=pending)
         yield from self._queues()
 
     def _queues(self) -> Iterator[Metric]:

@@ -1,11 +1,10 @@
-"""ASGI middleware of the gateway: the body-size limit and the bearer token.
+"""ASGI middleware of the gateway: the body-size limit and strict JSON (API keys: ``auth``).
 
 Plain ASGI (not Starlette's ``BaseHTTPMiddleware``) so SSE responses stream through untouched.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
@@ -74,36 +73,6 @@ class BodyLimit:
                 await send(msg)
 
         await self.app(scope, limited_receive, guarded_send)
-
-
-class BearerAuth:
-    """Every route but the probes needs ``Authorization: Bearer <token>``. The API's
-    description and its interactive docs hold no data and load without it (``/docs`` then
-    takes the token in its *Authorize* dialog and sends it with every request it tries)."""
-
-    OPEN = (*OPEN_PATHS, "/ui", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
-    # The viewer's static files hold no data: the page must load to show its token prompt.
-    OPEN_PREFIXES = ("/ui/",)
-
-    def __init__(self, app: ASGIApp, token: Any) -> None:
-        self.app = app
-        # Settings may hold the token as a pydantic SecretStr (kept out of reprs and logs).
-        raw = token.get_secret_value() if hasattr(token, "get_secret_value") else str(token)
-        self.token = raw.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope["path"] if scope["type"] == "http" else ""
-        if scope["type"] != "http" or path in self.OPEN or path.startswith(self.OPEN_PREFIXES):
-            await self.app(scope, receive, send)
-            return
-        auth = dict(scope.get("headers") or []).get(b"authorization", b"")
-        scheme, _, given = auth.partition(b" ")
-        # compare_digest: the time taken must not reveal how much of the token matched.
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(given.strip(), self.token):
-            await send_json(send, 401, error_body(401, "missing or invalid bearer token (REACTQ_API_TOKEN)"),
-                            [(b"www-authenticate", b"Bearer")])
-            return
-        await self.app(scope, receive, send)
 
 
 _JSON_TYPES = ("", "application/json")

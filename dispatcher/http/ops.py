@@ -19,6 +19,7 @@ import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
+from reactq.dispatcher.http.auth import need
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
 from reactq.shared.api.errors import error_body
 from reactq.shared.api.ops import Health, NotReady, Readiness
@@ -80,7 +81,7 @@ def _broker_ok(settings: Settings) -> bool:
         return False
 
 
-@router.get("/metrics", response_class=Response, responses={200: {
+@router.get("/metrics", response_class=Response, dependencies=[need("admin")], responses={200: {
     "description": "Prometheus text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def get_metrics(gw: GatewayDep) -> Any:
     """Prometheus exposition (``reactq.dispatcher.http.metrics.render``)."""

@@ -15,9 +15,10 @@ from pydantic import Field, ValidationError
 
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http.errors import conflict, field_error, interrupt_reply, responses
-from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, IdPath, LastEventId
+from reactq.dispatcher.http.gateway import AfterQuery, GatewayDep, LastEventId
 from reactq.dispatcher.http.sse import SSE_RESPONSE, events_response
 from reactq.dispatcher.threads import ThreadBusy
+from reactq.dispatcher.http.auth import Caller, RunRead, RunWrite, need
 from reactq.shared.api.runs import (
     InterruptAccepted,
     InterruptIn,
@@ -27,7 +28,7 @@ from reactq.shared.api.runs import (
     ThreadInjected,
 )
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
 from reactq.shared.requests import RunRequest
 
 router = APIRouter(tags=["runs"])
@@ -37,14 +38,16 @@ SubmitReply = Annotated[RunCreated | ThreadInjected, Field(discriminator="inject
 
 
 @router.post("/v1/runs", status_code=202, response_model=SubmitReply, responses=responses(409, 413, 415, 429))
-def create_run(req: RunRequest, gw: GatewayDep) -> Any:
-    """Validate and enqueue a run. On a thread whose run is still going, ``multitask_strategy``
-    decides: ``inject`` answers ``ThreadInjected`` (the active run takes the query), ``reject``
-    a 409, the others queue a new run."""
+def create_run(req: RunRequest, gw: GatewayDep, caller: Annotated[Caller, need("runs:write")]) -> Any:
+    """Validate and enqueue a run of the caller's tenant. On a thread whose run is still
+    going, ``multitask_strategy`` decides: ``inject`` answers ``ThreadInjected`` (the active
+    run takes the query), ``reject`` a 409, the others queue a new run."""
     try:
-        handle = gw.dispatcher.submit(req)
+        handle = gw.dispatcher.submit(req, tenant=caller.tenant)
     except ThreadBusy as exc:
         return threads_http.busy_reply(exc)
+    except TooManyRequests:
+        raise  # 429 with Retry-After (the error handler)
     except RequestError as exc:
         return field_error(exc.field, str(exc))
     except ValidationError as exc:
@@ -58,13 +61,13 @@ def create_run(req: RunRequest, gw: GatewayDep) -> Any:
 
 
 @router.get("/v1/runs/{run_id}", response_model=RunStatus, responses=responses(404))
-def get_run(run_id: IdPath, gw: GatewayDep) -> Any:
+def get_run(run_id: RunRead, gw: GatewayDep) -> Any:
     """Status, timestamps, number of events published, and the result once ended."""
     return gw.dispatcher.store.status(run_id)
 
 
 @router.get("/v1/runs/{run_id}/events", response_model=None, response_class=StreamingResponse, responses={**SSE_RESPONSE, **responses(404)})
-async def run_events(run_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
+async def run_events(run_id: RunRead, gw: GatewayDep, after: AfterQuery = None,
                      last_event_id: LastEventId = None) -> Any:
     """Server-sent events (``Event``); reconnect with ``Last-Event-ID`` to get exactly what was
     missed. The stream ends after ``done``."""
@@ -75,7 +78,7 @@ async def run_events(run_id: IdPath, gw: GatewayDep, after: AfterQuery = None,
 
 @router.post("/v1/runs/{run_id}/interrupts", status_code=202, response_model=InterruptAccepted,
              responses=responses(404, 409, 413, 415, 429))
-def interrupt_run(run_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
+def interrupt_run(run_id: RunWrite, body: InterruptIn, gw: GatewayDep) -> Any:
     """A follow-up message, taken into the run at its next drain point; 409 once it ended."""
     status = gw.dispatcher.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
@@ -85,7 +88,7 @@ def interrupt_run(run_id: IdPath, body: InterruptIn, gw: GatewayDep) -> Any:
 
 @router.post("/v1/runs/{run_id}/cancel", status_code=202, response_model=RunCancelling,
              responses=responses(404, 409))
-def cancel_run(run_id: IdPath, gw: GatewayDep) -> Any:
+def cancel_run(run_id: RunWrite, gw: GatewayDep) -> Any:
     """Stop the run at its next step boundary (it ends ``cancelled``); 409 once it ended."""
     handle = gw.dispatcher.handle(run_id)
     status = handle.status()["status"]

@@ -17,8 +17,9 @@ from typing import Annotated, Any
 import redis
 from fastapi import APIRouter, Query, Request
 
+from reactq.dispatcher.http.auth import Caller, RunRead, need
 from reactq.dispatcher.http.errors import field_error, not_found, responses
-from reactq.dispatcher.http.gateway import CursorQuery, IdPath, IdQuery, LimitQuery, ThreadIdQuery
+from reactq.dispatcher.http.gateway import CursorQuery, IdQuery, LimitQuery, ThreadIdQuery
 from reactq.shared.api.runs import RunPage, RunRow, RunStatusName
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
@@ -48,6 +49,7 @@ def _index(request: Request) -> RunsIndex:
 @router.get("/v1/runs", response_model=RunPage)
 async def list_runs(
     request: Request,
+    caller: Annotated[Caller, need("runs:read")],
     status: Annotated[RunStatusName | None, Query()] = None,
     batch_id: IdQuery = None,
     thread_id: ThreadIdQuery = None,
@@ -58,14 +60,17 @@ async def list_runs(
     """Runs, newest first, filtered by status / batch / thread / schedule, a page at a time."""
     index = _index(request)
     try:
-        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id, schedule_id),
+        # An admin lists every tenant's runs; any other key its own tenant's.
+        tenant = None if caller.admin else caller.tenant
+        return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id, schedule_id,
+                                                             tenant=tenant),
                                        limit=limit, cursor=cursor)
     except RequestError as exc:
         return field_error(exc.field or "cursor", str(exc), where="query")
 
 
 @router.get("/v1/runs/{run_id}/summary", response_model=RunRow, responses=responses(404))
-async def run_summary(run_id: IdPath, request: Request) -> Any:
+async def run_summary(run_id: RunRead, request: Request) -> Any:
     """The listing's row for one run, with its whole query (the viewer's run page)."""
     row = await asyncio.to_thread(_index(request).one, run_id)
     if row is None:

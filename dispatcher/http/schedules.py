@@ -7,14 +7,15 @@ Bad input is a 422 naming the field (``cron``, ``interval_s``, ``timezone``, ``r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from reactq.dispatcher.http.errors import conflict, field_error, responses
-from reactq.dispatcher.http.gateway import GatewayDep, IdPath
+from reactq.dispatcher.http.auth import Caller, ScheduleRead, ScheduleWrite, need
+from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.dispatcher.schedules import ScheduleExists, Schedules
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.errors import RequestError
@@ -34,10 +35,12 @@ def _schedules(request: Request, gw: Any) -> Schedules:
 
 
 @router.post("/v1/schedules", status_code=201, response_model=ScheduleView, responses=responses(409))
-def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep) -> Any:
-    """A new schedule → ``{schedule_id, next_fire_times: [5 × ISO-8601 UTC], …}``."""
+def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep,
+                    caller: Annotated[Caller, need("schedules:write")]) -> Any:
+    """A new schedule of the caller's tenant → ``{schedule_id, next_fire_times: [5 × ISO-8601
+    UTC], …}``."""
     try:
-        return _schedules(request, gw).create(req)
+        return _schedules(request, gw).create(req, caller.tenant)
     except ScheduleExists as exc:
         return conflict(str(exc))
     except RequestError as exc:
@@ -45,17 +48,20 @@ def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep) -> A
 
 
 @router.get("/v1/schedules", response_model=ScheduleList)
-def list_schedules(request: Request, gw: GatewayDep, limit: int = Query(100, ge=1, le=MAX_LIST),
+def list_schedules(request: Request, gw: GatewayDep, caller: Annotated[Caller, need("runs:read")],
+                   limit: int = Query(100, ge=1, le=MAX_LIST),
                    cursor: str | None = Query(None, max_length=600)) -> Any:
-    """Schedules, oldest first, each with its next fire times, a page at a time."""
+    """Schedules, oldest first, each with its next fire times, a page at a time (an admin key:
+    every tenant's; any other key its own tenant's)."""
     try:
-        return _schedules(request, gw).page(limit=limit, cursor=cursor)
+        return _schedules(request, gw).page(limit=limit, cursor=cursor,
+                                            tenant=None if caller.admin else caller.tenant)
     except RequestError as exc:
         return field_error(exc.field or "cursor", str(exc), where="query")
 
 
 @router.get("/v1/schedules/{schedule_id}", response_model=ScheduleView)
-def get_schedule(schedule_id: IdPath, request: Request, gw: GatewayDep,
+def get_schedule(schedule_id: ScheduleRead, request: Request, gw: GatewayDep,
                  from_: str | None = Query(None, alias="from", max_length=64,
                                            description="list the fire times after this ISO-8601 instant"),
                  count: int = Query(PREVIEW, ge=1, le=MAX_PREVIEW)) -> Any:
@@ -71,7 +77,7 @@ def get_schedule(schedule_id: IdPath, request: Request, gw: GatewayDep,
 
 
 @router.patch("/v1/schedules/{schedule_id}", response_model=ScheduleView)
-def patch_schedule(schedule_id: IdPath, patch: SchedulePatch, request: Request, gw: GatewayDep) -> Any:
+def patch_schedule(schedule_id: ScheduleWrite, patch: SchedulePatch, request: Request, gw: GatewayDep) -> Any:
     """Change fields (``paused: true|false`` pauses and resumes); the whole schedule back."""
     try:
         return _schedules(request, gw).patch(schedule_id, patch)
@@ -82,14 +88,14 @@ def patch_schedule(schedule_id: IdPath, patch: SchedulePatch, request: Request, 
 
 
 @router.delete("/v1/schedules/{schedule_id}", status_code=204)
-def delete_schedule(schedule_id: IdPath, request: Request, gw: GatewayDep) -> Response:
+def delete_schedule(schedule_id: ScheduleWrite, request: Request, gw: GatewayDep) -> Response:
     """Remove the schedule (its runs stay)."""
     _schedules(request, gw).delete(schedule_id)
     return Response(status_code=204)
 
 
 @router.post("/v1/schedules/{schedule_id}/trigger", status_code=202, response_model=Triggered)
-def trigger_schedule(schedule_id: IdPath, request: Request, gw: GatewayDep) -> Any:
+def trigger_schedule(schedule_id: ScheduleWrite, request: Request, gw: GatewayDep) -> Any:
     """One run of the schedule now (it becomes ``last_run_id``)."""
     try:
         handle = _schedules(request, gw).trigger(schedule_id)

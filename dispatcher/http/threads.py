@@ -11,11 +11,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 
+from reactq.dispatcher.http.auth import Caller, need
 from reactq.dispatcher.http.errors import conflict, not_found, responses
 from reactq.dispatcher.http.gateway import ThreadIdPath
 from reactq.dispatcher.threads import ThreadBusy, thread_view
@@ -25,9 +26,12 @@ router = APIRouter(tags=["threads"])
 
 
 @router.get("/v1/threads/{thread_id}", response_model=ThreadView, responses=responses(404))
-def get_thread(thread_id: ThreadIdPath, request: Request) -> Any:
-    """The thread's runs (oldest first), its active run and its conversation so far."""
-    view = thread_view(request.app.state.gateway.dispatcher, thread_id)
+def get_thread(thread_id: ThreadIdPath, request: Request, caller: Annotated[Caller, need("runs:read")],
+               tenant: str | None = Query(None, max_length=63,
+                                          description="an admin key: whose thread (default: its own tenant's)")) -> Any:
+    """The caller's tenant's thread: its runs (oldest first), active run and conversation."""
+    owner = tenant if tenant is not None and caller.admin else caller.tenant
+    view = thread_view(request.app.state.gateway.dispatcher, thread_id, owner)
     if view is None:
         return not_found(f"no thread with id {thread_id!r} (it may have expired)")
     return view

@@ -1,7 +1,7 @@
 """``/ui``: the run viewer, static files shipped in the package, a router the gateway includes.
 
 The page and its script hold no data, so they load without the token (the gateway's
-``BearerAuth`` leaves ``/ui`` open); everything they show comes from the API with the
+``KeyAuth`` leaves ``/ui`` open); everything they show comes from the API with the
 token the user typed (kept in ``sessionStorage``, sent as ``Authorization: Bearer``, never
 in a URL). ``GET /v1/ui/config`` (behind the token like every API route) tells the page
 whether a Flower URL is configured (``REACTQ_FLOWER_URL``).
@@ -22,7 +22,7 @@ __all__ = ["router"]
 router = APIRouter(tags=["ui"])
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
           "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
-_FILES = ("index.html", "app.css", "core.js", "runs.js", "run.js", "batch.js", "dag.js", "app.js")
+_FILES = ("index.html", "app.css", "core.js", "runs.js", "approvals.js", "run.js", "batch.js", "dag.js", "app.js")
 # The page may load nothing from elsewhere and run no inline script.
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'")

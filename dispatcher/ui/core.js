@@ -157,5 +157,7 @@ RQ.fmtSecs = (s) => {
   return m < 90 ? `${m} min ${Math.round(s % 60)} s` : `${Math.floor(m / 60)} h ${m % 60} min`;
 };
 RQ.tokens = (usage) => (usage && (usage.total_tokens ?? ((usage.prompt_tokens || 0) + (usage.completion_tokens || 0)))) || 0;
+// Dollars of a usage object ("" for a model without a price).
+RQ.cost = (usage) => (usage && usage.cost_usd ? `$${usage.cost_usd.toFixed(usage.cost_usd < 0.01 ? 5 : 2)}` : "");
 RQ.json = (v) => (typeof v === "string" ? v : JSON.stringify(v, null, 2));
 RQ.notice = (text, cls = "muted") => RQ.h("p", { class: cls, role: cls === "error" ? "alert" : null }, text);

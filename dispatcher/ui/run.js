@@ -57,11 +57,12 @@
       ? h("span", { id: "flower" }, h("a", { href: `${RQ.config.flower_url.replace(/\/$/, "")}/tasks`, target: "_blank", rel: "noopener" }, "Tasks in Flower ↗"),
         " ", h("code", { title: "paste into Flower's search box" }, `args:${runId}`))
       : h("span", { class: "muted" }, "Flower: set REACTQ_FLOWER_URL to link it");
+    const approvals = RQ.approvalsPanel(runId);
     const head = h("div", { class: "runhead" }, h("h1", {}, "Run ", h("span", { class: "mono" }, runId)), statusBox, conn, flower);
     view.append(head,
       h("div", { class: "cols" },
         h("section", { "aria-label": "steps" }, h("h2", {}, "Steps"), cards),
-        h("section", { "aria-label": "answer" }, h("h2", {}, "Answer"), answer, footer,
+        h("section", { "aria-label": "answer" }, approvals.el, h("h2", {}, "Answer"), answer, footer,
           h("form", { class: "box", id: "interrupt-form", onsubmit: onInterrupt },
             h("label", { for: "interrupt-text" }, "Talk to the run"), ta, h("div", { class: "row" }, send, cancel)),
           note,
@@ -114,6 +115,11 @@
         cards.append(h("article", { class: "card" }, h("div", { class: "head" }, h("span", { class: "name" }, "Answering"))));
       } else if (channel === "answer" && d.status === "delta") {
         answer.append(h("span", { class: "delta", dataset: { seq: d.seq } }, d.content));
+      } else if (channel === "approval") {
+        const c = tools.get(d.tool_call_id);
+        if (c) c.querySelector(".tags").replaceChildren(RQ.badge(d.status === "requested" ? "waiting" : d.status));
+        setStatus(d.status === "requested" ? "waiting" : "running");
+        approvals.refresh();
       } else if (channel === "inject") {
         cards.append(h("article", { class: "card inject" }, h("div", { class: "head" }, h("span", { class: "name" }, "Your message"), RQ.badge("injected")), h("pre", {}, d.content)));
       } else if (channel === "error") {
@@ -128,7 +134,8 @@
       } else if (channel === "done") {
         if (!answer.querySelector(".delta") && d.answer) answer.append(h("span", { class: "delta" }, d.answer));
         footer.replaceChildren(RQ.badge(d.status), h("span", {}, `${d.iterations} iterations`),
-          h("span", {}, `${RQ.tokens(d.usage)} tokens`), h("span", {}, RQ.fmtSecs(d.elapsed)));
+          h("span", {}, `${RQ.tokens(d.usage)} tokens`), ...(RQ.cost(d.usage) ? [h("span", {}, RQ.cost(d.usage))] : []),
+          h("span", {}, RQ.fmtSecs(d.elapsed)));
         setStatus(d.status);
       }
     }
@@ -137,6 +144,7 @@
       try {
         const st = await RQ.api(`/v1/runs/${encodeURIComponent(runId)}/summary`, { signal: ctrl.signal });
         setStatus(st.status);
+        if (st.status === "waiting") approvals.refresh();
         head.append(h("div", { class: "query", id: "run-query" }, st.query),
           h("span", { class: "muted" }, `model ${st.model || "default"} · created ${RQ.fmtTime(st.created_at)}`),
           st.batch_id ? h("a", { href: `#/batch/${encodeURIComponent(st.batch_id)}` }, "its batch") : "",

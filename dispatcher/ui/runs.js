@@ -152,7 +152,7 @@
       el.addEventListener("change", () => { filters[name] = el.value.trim(); page = 0; pages.length = 1; refresh(); });
       return h("label", { for: el.id }, label, el);
     };
-    const statusSel = h("select", {}, ["", "queued", "running", "succeeded", "failed", "cancelled"].map(
+    const statusSel = h("select", {}, ["", "queued", "running", "waiting", "succeeded", "failed", "cancelled"].map(
       (v) => h("option", { value: v }, v || "any")));
     view.append(
       h("h1", {}, "Runs"), dash,

@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field
 
 from reactq.shared.api.base import ApiModel
 
-DagStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+DagStatusName = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 BatchStatusName = Literal["running", "done", "cancelled"]
 
 _DAG = "9a8b7c6d5e4f30112233445566778899"
@@ -153,6 +153,8 @@ class BatchStatus(ApiModel):
     """Lines refused at the door."""
     running: int
     """Runs in flight."""
+    waiting: int = 0
+    """Of those, runs that wait for a person's decision on a tool call."""
     queued: int
     """Lines not started yet."""
     tokens: int

@@ -184,6 +184,38 @@ class WarningEvent(_Frame):
     data: WarningData
 
 
+class ApprovalData(Payload):
+    """A tool call that waits for a person (``requested``), or its decision."""
+
+    status: str
+    """``requested``, then ``approved``, ``edited``, ``rejected``, ``responded`` or ``expired``."""
+    approval_id: str
+    """The approval's id (``POST /v1/runs/{id}/approvals/{approval_id}`` decides it)."""
+    tool_call_id: str
+    """The call that waits."""
+    tool_name: str | None = None
+    """requested: the tool."""
+    tool_args: Any = None
+    """requested: the arguments as the model wrote them."""
+    args_digest: str | None = None
+    """requested: hex SHA-256 of the arguments as canonical JSON; a decision names it."""
+    reason: str | None = None
+    """requested: why it waits."""
+    expires_at: float | None = None
+    """requested: Unix time its ``on_timeout`` applies."""
+    decided_by: str | None = None
+    """A decision: who decided (``timeout`` for an expiry)."""
+    approved_args: Any = None
+    """edited: the arguments the call runs with."""
+
+
+class ApprovalEvent(_Frame):
+    """``event: approval``."""
+
+    event: Literal["approval"] = "approval"
+    data: ApprovalData
+
+
 class DoneEvent(_Frame):
     """``event: done``: always last; the stream ends after it."""
 
@@ -192,7 +224,7 @@ class DoneEvent(_Frame):
 
 
 Event = Annotated[StepEvent | StepProgressEvent | AnswerEvent | CompactEvent | PhaseEvent | InjectEvent
-                  | ErrorEvent | WarningEvent | DoneEvent, Field(discriminator="event")]
+                  | ErrorEvent | WarningEvent | ApprovalEvent | DoneEvent, Field(discriminator="event")]
 """One SSE frame, told apart by its channel (``event``)."""
 
 EventAdapter: TypeAdapter[Any] = TypeAdapter(Event)

@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field
 
 from reactq.shared.api.base import ApiModel
 
-RunStatusName = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+RunStatusName = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 
 _RUN = "3f2b9c0e5d8a4b7c9e1f2a3b4c5d6e7f"
 

@@ -109,7 +109,8 @@ def complete_step(state: DagState, step_id: str, run_id: str, run: dict[str, Any
     if step is None or step.run_id != run_id or step.status != "running":
         return Transition()
     result = (run or {}).get("result") or {}
-    usage = {k: int(v) for k, v in (result.get("usage") or {}).items() if isinstance(v, int)}
+    usage = {k: v for k, v in (result.get("usage") or {}).items()
+             if isinstance(v, int | float) and not isinstance(v, bool)}
     step.usage = usage
     state.usage = state.usage + Usage(**{k: v for k, v in usage.items() if k in Usage.model_fields})
     status = (run or {}).get("status")

@@ -44,7 +44,7 @@ class StepState(BaseModel):
     started_at: float | None = None
     completed_at: float | None = None
     duration: float | None = None
-    usage: dict[str, int] = Field(default_factory=dict)
+    usage: dict[str, Any] = Field(default_factory=dict)
     cursor: str | None = None
     """The last child event forwarded as progress (a stream id)."""
 
@@ -65,6 +65,8 @@ class DagState(BaseModel):
 
     schema_version: int = SCHEMA_VERSION
     dag_id: str
+    tenant: str = "default"
+    """Who owns the DAG; its child runs are created for the same tenant."""
     goal: str
     followups: list[str] = Field(default_factory=list)
     """User follow-ups (interrupts) taken in so far; they extend the goal."""

@@ -199,6 +199,8 @@ async def _synthesis(state: RunState, deps: EngineDeps) -> tuple[str, BaseExcept
     parts: list[str] = []
     try:
         async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
+            if chunk.usage:  # the synthesis is billed like any call: part of the run's usage
+                state.usage = state.usage + Usage.from_dict(chunk.usage)
             if chunk.delta_content:
                 parts.append(chunk.delta_content)
     except (asyncio.CancelledError, RateLimited):

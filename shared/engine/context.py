@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from reactq.shared.engine import billing
 from reactq.shared.engine.jsonx import text_json
 from reactq.shared.llm.base import LLM
 from reactq.shared.models import ChatMessage, Usage
@@ -212,6 +213,7 @@ class ContextGuard:
             logger.info("Context compaction failed, truncating instead: %s", exc)
             return ""
         self.usage = self.usage + Usage.from_dict(result.usage)
+        billing.charge(result.usage)
         return _clean_summary(result.message.text())
 
 

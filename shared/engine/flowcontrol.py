@@ -43,10 +43,32 @@ def stop_for_budget(state: RunState, spent: int, *, now: float) -> list[Event]:
                            "before the answer was valid against output_schema",
                     now=now, kind="budget", spent=spent, token_budget=state.token_budget)
     answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    error = emit(state, "error", kind="budget", spent=spent, token_budget=state.token_budget,
+                 message=f"Token budget reached: {spent} of {state.token_budget} tokens used; "
+                         "answering with what was gathered so far")
+    return _summary_ending(state, error, now)
+
+
+def cost_reached(state: RunState, spent_usd: float) -> bool:
+    return state.cost_budget_usd is not None and spent_usd >= state.cost_budget_usd
+
+
+def stop_for_cost(state: RunState, spent_usd: float, cap_usd: float, whose: str, *, now: float) -> list[Event]:
+    """A dollar cap is reached — the run's ``cost_budget_usd`` (``whose="run"``) or its
+    tenant's ``cost_per_day_usd`` (``"tenant"``): no further call, the summary path as for
+    the token budget, an ``error`` event ``kind: "budget"`` naming the cap."""
+    answer_open_calls(state, P.CANCELLED_OBSERVATION)
+    what = "Cost budget" if whose == "run" else "The tenant's daily cost cap"
+    error = emit(state, "error", kind="budget", cap=whose, spent_usd=round(spent_usd, 6),
+                 cost_budget_usd=cap_usd,
+                 message=f"{what} reached: ${spent_usd:.4f} of ${cap_usd:.4f} spent; "
+                         "answering with what was gathered so far")
+    return _summary_ending(state, error, now)
+
+
+def _summary_ending(state: RunState, error: Event, now: float) -> list[Event]:
     text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)
-    events = [emit(state, "error", kind="budget", spent=spent, token_budget=state.token_budget,
-                   message=f"Token budget reached: {spent} of {state.token_budget} tokens used; "
-                           "answering with what was gathered so far")]
+    events = [error]
     if state.phase != "answer":
         events += to_answer(state, text)
     state.answer = text

@@ -371,6 +371,7 @@ def _iteration_done(state: RunState, call: ToolCallRequest, out: ToolOutcome, no
         extra["uncertain"] = True
     if out.blocked:
         extra["blocked"] = True  # a hook refused the call (the viewer shows it as such)
+    extra.update({k: v for k in ("approval", "approved_args") if (v := getattr(out, k)) is not None})
     return emit(
         state, "step", type="iteration", status="done", iteration=state.iteration,
         tool_name=call.name, tool_call_id=call.id, tool_args=call.arguments,

@@ -24,7 +24,7 @@ class RunResult:
     answer: str
     status: str
     iterations: int
-    usage: dict[str, int]
+    usage: dict[str, Any]
     elapsed: float
     error: str | None
     mode: str
@@ -78,9 +78,12 @@ def run_tool_names(state: RunState) -> list[str]:
 
 def turn_summary(state: RunState) -> dict[str, Any]:
     """What a tool task needs of the pending turn, without the whole history."""
-    return {
+    turn = {
         "step_no": state.step_no,
         "calls": [c.model_dump() for c in state.pending_calls],
         "tool_names": run_tool_names(state),
         "metadata": state.metadata,
     }
+    if state.approval is not None:
+        turn["approval"] = state.approval
+    return turn

@@ -17,7 +17,7 @@ SCHEMA_VERSION = 1
 SCHEMA_VERSION_SUMMARIES = {1: "first persisted shape"}
 
 Phase = Literal["select", "llm", "tools", "answer", "done"]
-Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Status = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled"]
 TERMINAL_STATUSES: tuple[Status, ...] = ("succeeded", "failed", "cancelled")
 """The statuses a run (or a DAG) ends in; every other status is ``queued`` or ``running``."""
 
@@ -54,6 +54,12 @@ class ToolOutcome(BaseModel):
     ended_at: float = 0.0
     worker: str | None = None
     side_effects: list[str] = Field(default_factory=list)
+    approval: str | None = None
+    """The call waited for a person: how it was decided (approved, edited, rejected, …)."""
+    approved_args: dict[str, Any] | None = None
+    """The arguments a person approved in place of the model's (an edit)."""
+    ask: str | None = None
+    """Set by a PreToolUse hook's ``ask``: the call was not run, it waits for a person."""
 
 
 class Interrupt(BaseModel):
@@ -122,6 +128,12 @@ class RunState(BaseModel):
     """Flow control: who gets a rate-limited model first (RunRequest.priority)."""
     token_budget: int | None = None
     """RunRequest.token_budget; the spend itself is kept by the shell (it survives crashes)."""
+    approval: dict[str, Any] | None = None
+    """RunRequest.approval (``ApprovalPolicy`` as JSON): which calls wait for a person."""
+    tenant: str = "default"
+    """Who owns the run (the key that made it): its quotas, its cost metrics."""
+    cost_budget_usd: float | None = None
+    """RunRequest.cost_budget_usd: the run's cap in dollars (checked before each call)."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
     output_schema: dict[str, Any] | None = None

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from reactq.shared.engine import answers, ending, guard, loop
+from reactq.shared.engine import answers, billing, ending, guard, loop
 from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
@@ -24,11 +24,14 @@ from reactq.shared.engine.result import run_tool_names
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
+from reactq.shared.engine.approval import wait_reason
 from reactq.shared.engine.toolexec import execute_call
+from reactq.shared.engine.waiting import Approver, decide_and_run
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint, HookRegistry
 from reactq.shared.llm.base import LLM, ability, answer_synthesis, max_tool_turns
+from reactq.shared.models import Usage
 from reactq.shared.settings import EngineConfig
 from reactq.shared.tools.base import ToolRegistry
 
@@ -47,6 +50,8 @@ class EngineDeps:
     guard: ContextGuard | None = None
     selection_llm: LLM | None = None
     clock: Callable[[], float] = time.time
+    approver: Approver | None = None
+    """The in-process shell's decider for calls that wait for a person (``engine/waiting.py``)."""
     _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """Filtered registries and their schemas by (names, size of ``registry``): every turn
@@ -93,11 +98,13 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
         await io.publish([loop.selecting_event(state)])
         available = deps.registry.filtered(state.available_tools)
         # On a thread, "and the other one?" needs the conversation to pick tools (the previous-conversation block).
-        selected = await select_tools(
-            deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
-            max_tools=deps.config.tool_selection_max,
-            desc_length=deps.config.compact_catalog_desc_length,
-        )
+        with billing.tally() as bill:
+            selected = await select_tools(
+                deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
+                max_tools=deps.config.tool_selection_max,
+                desc_length=deps.config.compact_catalog_desc_length,
+            )
+        state.usage = state.usage + bill.usage
     loop.set_tools(state, selected)
     loop.start(state, deps.schemas(state), now=deps.clock())
     return advanced(state, events, SelectTools())
@@ -108,7 +115,9 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     await io.publish(loop.begin_turn(state))
     events: list[Event] = []
     if deps.guard is not None:
-        compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
+        with billing.tally() as bill:
+            compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
+        state.usage = state.usage + bill.usage
         events += loop.apply_compaction(state, compacted)
     turns = max_tool_turns(deps.llm)
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),
@@ -119,20 +128,29 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     return advanced(state, events, CallLLM())
 
 
-async def run_tool(state: RunState, deps: EngineDeps, call_id: str, *, worker: str | None = None) -> ToolOutcome:
-    """Execute one pending call of the current turn (a Celery subtask runs exactly this)."""
+async def run_tool(state: RunState, deps: EngineDeps, call_id: str, io: StepIO, *,
+                   worker: str | None = None) -> ToolOutcome:
+    """Execute one pending call of the current turn in this process; a call that must wait
+    for a person asks ``deps.approver`` first (the Celery shell: ``workers/runs/approvals.py``)."""
     call = next(c for c in state.pending_calls if c.id == call_id)
-    return await execute_call(call, registry=deps.run_registry(state), hooks=deps.hooks,
-                              run_id=state.run_id, metadata=state.metadata, clock=deps.clock,
-                              worker=worker)
+    registry = deps.run_registry(state)
+    flag = call.name in registry and registry.get(call.name).requires_approval
+    reason = wait_reason(call.name, flag, state.approval)
+    if reason is None:
+        out = await execute_call(call, registry=registry, hooks=deps.hooks, run_id=state.run_id,
+                                 metadata=state.metadata, clock=deps.clock, worker=worker)
+        if out.ask is None:
+            return out
+        reason = out.ask
+    return await decide_and_run(state, deps, call, reason, io)
 
 
 async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """``RunTools`` in one process: every call of the turn concurrently."""
     if len(state.pending_calls) == 1:  # nothing to run beside it: no task to schedule
-        outcomes = [await run_tool(state, deps, state.pending_calls[0].id)]
+        outcomes = [await run_tool(state, deps, state.pending_calls[0].id, io)]
     else:
-        outcomes = await asyncio.gather(*(run_tool(state, deps, c.id) for c in state.pending_calls))
+        outcomes = await asyncio.gather(*(run_tool(state, deps, c.id, io) for c in state.pending_calls))
     return await finish_tools(state, deps, io, {o.tool_call_id: o for o in outcomes})
 
 
@@ -183,6 +201,8 @@ async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallb
     parts: list[str] = []
     try:
         async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
+            if chunk.usage:  # the synthesis is billed like any call: part of the run's usage
+                state.usage = state.usage + Usage.from_dict(chunk.usage)
             if chunk.delta_content:
                 parts.append(chunk.delta_content)
                 await io.publish([ending.answer_delta(state, chunk.delta_content)])

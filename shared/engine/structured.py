@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
+from reactq.shared.engine import billing
 from reactq.shared.errors import StructuredOutputError
 from reactq.shared.llm.base import LLM, ability
 from reactq.shared.models import ChatMessage, LLMResult, Usage
@@ -116,6 +117,7 @@ class _Session:
                            self.function_name, exc)
             return None
         self.usage = self.usage + Usage.from_dict(result.usage)
+        billing.charge(result.usage)
         return result
 
     def finish(self, attempt: _Attempt) -> _Attempt:

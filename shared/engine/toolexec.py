@@ -28,8 +28,12 @@ async def execute_call(
     metadata: dict[str, Any] | None = None,
     clock: Callable[[], float] = time.time,
     worker: str | None = None,
+    approved: bool = False,
 ) -> ToolOutcome:
-    """Execute ``call`` against ``registry`` (the run's effective tools)."""
+    """Execute ``call`` against ``registry`` (the run's effective tools). A PreToolUse hook
+    that asks for approval stops an unapproved call before it runs: the outcome's ``ask`` is
+    its reason. ``approved``: a person approved the call (``call.arguments`` are the approved
+    ones); hooks still run and may still block it or rewrite its arguments."""
     started = clock()
     meta = {**(metadata or {}), "run_id": run_id, "tool_call_id": call.id,
             "requires_confirmation": _requires_confirmation(registry, call)}
@@ -43,6 +47,9 @@ async def execute_call(
         out.error = pre.error or "Tool call blocked by hook"
         out.blocked = True
         out.ended_at = clock()
+        return out
+    if pre.ask and not approved:
+        out.ask = pre.reason or "a hook asks for approval"
         return out
     args = pre.modified_args if pre.modified_args is not None else dict(call.arguments)
     try:

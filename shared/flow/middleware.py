@@ -46,11 +46,23 @@ class FlowScope:
     """Who is calling: set by the shell around one step."""
 
     run_id: str | None = None
+    tenant: str = "default"
+    """Whose calls these are (cost metrics, the tenant's quotas)."""
     priority: Priority = "interactive"
     defer: bool = False
     """True: a long wait raises ``RateLimited`` (the shell resumes the step later)."""
     tickets: dict[str, Ticket] = field(default_factory=dict)
     """Calls admitted at the step boundary, by model name; the next call uses one."""
+    tenant_limits: Limits | None = None
+    """The tenant's ``rpm`` / ``tpm`` across all its runs (``REACTQ_TENANTS``): every call is
+    admitted by the limiter under ``tenant_flow_name(tenant)`` as well as by its model's."""
+    tenant_tickets: dict[str, Ticket] = field(default_factory=dict)
+    """The tenant's ticket of each model ticket in use (by the model ticket's call id)."""
+
+
+def tenant_flow_name(tenant: str) -> str:
+    """The limiter's name for a tenant's own limits (``flow:{tenant:<name>}`` keys)."""
+    return f"tenant:{tenant}"
 
 
 _scope: contextvars.ContextVar[FlowScope | None] = contextvars.ContextVar("reactq_flow", default=None)
@@ -96,6 +108,9 @@ class FlowControl:
 
     limiter: FlowLimiter
     on_spend: Callable[[str, int], None] | None = None
+    on_cost: Callable[[FlowScope, float], None] | None = None
+    """After every call of a run (failed ones too, with 0): its dollars, to settle the
+    reservation the step boundary made (``reactq.shared.stores.spend``)."""
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     """Metrics: ``("wait"|"provider_429"|"settle", fields)``; must never raise."""
     completion_estimate: int = 512
@@ -135,8 +150,44 @@ class LimitedLLM(DelegatingLLM):
 
     # -- admission ------------------------------------------------------------------------
     async def admit(self, tokens: int) -> Ticket:
-        """A ticket for one call (waiting in place, or ``RateLimited`` when deferrable)."""
+        """A ticket for one call (waiting in place, or ``RateLimited`` when deferrable): the
+        model's, and the tenant's when it has limits of its own."""
         scope = current_scope()
+        while True:
+            ticket = await self._admit_model(scope, tokens)
+            if scope.tenant_limits is None or not scope.tenant_limits.any:
+                return ticket
+            got = self.flow.limiter.acquire(tenant_flow_name(scope.tenant), scope.tenant_limits,
+                                            member=scope.run_id or ticket.call_id,
+                                            priority=scope.priority, tokens=tokens)
+            if isinstance(got, Ticket):
+                scope.tenant_tickets[ticket.call_id] = got
+                await _sleep(got.start_in)
+                return ticket
+            self._release(ticket)  # the model's place goes to a call its tenant allows
+            self.flow.note("wait", model=tenant_flow_name(scope.tenant), priority=scope.priority,
+                           seconds=got.wait_s)
+            if scope.defer and got.wait_s > self.flow.inline_wait_s:
+                raise RateLimited(tenant_flow_name(scope.tenant), got.wait_s, got.reason)
+            await _sleep(got.wait_s)
+
+    def _release(self, ticket: Ticket) -> None:
+        try:
+            self.flow.limiter.settle(ticket, self.limits, 0, learn=False)
+        except Exception:
+            log.debug("flow release failed", exc_info=True)
+
+    def _settle_tenant(self, ticket: Ticket, actual: int) -> None:
+        scope = current_scope()
+        held = scope.tenant_tickets.pop(ticket.call_id, None)
+        if held is None or scope.tenant_limits is None:
+            return
+        try:
+            self.flow.limiter.settle(held, scope.tenant_limits, actual, learn=False, later=actual > 0)
+        except Exception:
+            log.debug("tenant flow settle failed", exc_info=True)
+
+    async def _admit_model(self, scope: FlowScope, tokens: int) -> Ticket:
         pre = scope.tickets.pop(self.name, None)
         if pre is not None:
             await _sleep(pre.start_in)
@@ -162,9 +213,19 @@ class LimitedLLM(DelegatingLLM):
         except Exception as exc:  # the lease on the slot expires by itself
             log.warning("flow settle failed for %s: %s", self.name, exc)
         self.flow.note("settle", model=self.name, reserved=ticket.reserved, actual=actual)
-        run_id = current_scope().run_id
+        self._settle_tenant(ticket, actual)
+        scope = current_scope()
+        run_id = scope.run_id
         if paid and run_id and self.flow.on_spend is not None:
             self.flow.on_spend(run_id, paid)
+        self._cost(scope, float((usage or {}).get("cost_usd") or 0.0))
+
+    def _cost(self, scope: FlowScope, cost: float) -> None:
+        if scope.run_id and self.flow.on_cost is not None:
+            try:
+                self.flow.on_cost(scope, cost)
+            except Exception as exc:  # the spend is the run's: never fail the call here
+                log.warning("cost of a call of %s not recorded: %s", self.name, exc)
 
     def _failed(self, ticket: Ticket, exc: BaseException) -> BaseException:
         """Free the reservation; a provider 429/503 pauses the model for everyone."""
@@ -172,6 +233,8 @@ class LimitedLLM(DelegatingLLM):
             self.flow.limiter.settle(ticket, self.limits, 0, learn=False)
         except Exception:
             log.debug("flow settle after failure failed", exc_info=True)
+        self._settle_tenant(ticket, 0)
+        self._cost(current_scope(), 0.0)
         status = getattr(exc, "status_code", None)
         retry_after = getattr(exc, "retry_after", None)
         if status == 429 or (status == 503 and retry_after is not None):

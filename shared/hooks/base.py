@@ -159,10 +159,12 @@ class HookRegistry:
         return res
 
     async def run_pre_tool(self, ctx: HookContext) -> HookResult:
-        """Run PRE hooks; the first ``allow=False`` stops the chain."""
+        """Run PRE hooks; the first ``allow=False`` stops the chain. The first hook that asks
+        for approval gives the result its ``ask`` and ``reason``."""
         args = dict(ctx.tool_args or {})
         modified: dict[str, Any] | None = None
         effects: list[str] = []
+        ask: HookResult | None = None
         for hook in self._ordered(HookPoint.PRE_TOOL_USE, ctx.tool_name):
             ctx.tool_args = args
             res = await self._call(hook, ctx)
@@ -176,7 +178,10 @@ class HookRegistry:
             if res.modified_args is not None:
                 modified = res.modified_args
                 args = dict(res.modified_args)
-        return HookResult(allow=True, modified_args=modified, side_effects=effects)
+            if res.ask and ask is None:
+                ask = HookResult(ask=True, reason=res.reason or f"hook '{hook.name}' asks for approval")
+        return HookResult(allow=True, modified_args=modified, side_effects=effects,
+                          ask=ask is not None, reason=ask.reason if ask else None)
 
     async def run_post_tool(self, ctx: HookContext) -> HookResult:
         """Run POST hooks, each fed the result as rewritten so far."""

@@ -42,6 +42,7 @@ from reactq.shared.llm.base import ChatOptions, StreamOptions, check_allowed
 from reactq.shared.llm.failures import wrap
 from reactq.shared.llm.messages import reasoning_of, reply_message, to_openai_message, usage_dict
 from reactq.shared.llm.scrub import describe_body, scrub
+from reactq.shared.llm.pricing import Price, priced
 from reactq.shared.llm.shapes import tool_results_as_user
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
@@ -81,8 +82,11 @@ class OpenAILLM:
         extra_body: Mapping[str, Any] | None = None,
         max_tool_turns: int | None = None,
         answer_synthesis: bool = True,
+        price: Price | None = None,
     ) -> None:
         self.model = model
+        #: USD per million tokens (the registry entry's ``price``): every usage carries ``cost_usd``.
+        self.price = price
         self.tool_results_as = tool_results_as
         self.json_schema_as = json_schema_as
         self.extra_body: dict[str, Any] = dict(extra_body or {})
@@ -210,7 +214,7 @@ class OpenAILLM:
         if not completion.choices:
             raise LLMError(f"model {self.name!r} ({self.model}) returned no choices")
         return LLMResult(message=reply_message(completion.choices[0].message),
-                         usage=usage_dict(completion.usage))
+                         usage=priced(usage_dict(completion.usage), self.price))
 
     def stream_chat(self, messages: list[ChatMessage],
                     **options: Unpack[StreamOptions]) -> AsyncIterator[StreamChunk]:
@@ -237,7 +241,7 @@ class OpenAILLM:
         try:
             async for chunk in stream:
                 if chunk.usage is not None:
-                    usage = usage_dict(chunk.usage)
+                    usage = priced(usage_dict(chunk.usage), self.price)
                 for choice in chunk.choices:
                     if choice.index not in (0, None):
                         continue  # n > 1 is never requested

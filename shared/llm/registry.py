@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from reactq.shared.errors import ConfigError
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.openai import OpenAILLM
+from reactq.shared.llm.pricing import Price
 from reactq.shared.settings import Settings, environment
 
 __all__ = ["ModelRegistry", "ModelSpec", "ModelEntry", "Abilities", "DEFAULT_ROLES",
@@ -118,6 +119,8 @@ class ModelEntry(BaseModel):
     """Tokens per minute to this model, across the whole cluster (prompt + reserved completion)."""
     max_concurrency: int | None = Field(None, gt=0)
     """Calls to this model in flight at once, across the whole cluster."""
+    price: Price | None = None
+    """USD per million tokens: every call is priced from the usage the provider reports."""
 
 
 class _RegistryFile(BaseModel):
@@ -142,6 +145,7 @@ class ModelSpec(BaseModel):
     rpm: int | None = None
     tpm: int | None = None
     max_concurrency: int | None = None
+    price: Price | None = None
 
 
 class ModelRegistry:
@@ -264,7 +268,7 @@ def _spec(name: str, entry: ModelEntry) -> ModelSpec:
                      abilities=entry.abilities.as_dict(), context_size=entry.context_size,
                      max_tokens=entry.max_tokens, temperature=entry.temperature,
                      api_key_env=entry.api_key_env, rpm=entry.rpm, tpm=entry.tpm,
-                     max_concurrency=entry.max_concurrency)
+                     max_concurrency=entry.max_concurrency, price=entry.price)
 
 
 def load_model_specs(path: str | Path) -> list[ModelSpec]:
@@ -305,7 +309,8 @@ def load_registry(settings: Settings, environ: Mapping[str, str] | None = None) 
                         extra_headers=entry.extra_headers or None, max_tokens=entry.max_tokens,
                         temperature=entry.temperature, tool_results_as=entry.tool_results_as,
                         json_schema_as=entry.json_schema_as, extra_body=entry.extra_body or None,
-                        max_tool_turns=entry.max_tool_turns, answer_synthesis=entry.answer_synthesis)
+                        max_tool_turns=entry.max_tool_turns, answer_synthesis=entry.answer_synthesis,
+                        price=entry.price)
         registry.register(name, llm, entry.roles, spec=_spec(name, entry))
     return registry
 

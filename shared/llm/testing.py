@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from reactq.shared.llm.pricing import Price, priced
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, ToolCallRequest
 
 
@@ -79,6 +80,8 @@ class FunctionLLM:
     abilities: dict[str, bool] = field(default_factory=dict)
     context_size: int | None = None
     calls: list[Call] = field(default_factory=list)
+    price: Price | None = None
+    """Like a registry entry's ``price``: each reply's usage then carries ``cost_usd``."""
 
     def _reply(self, messages: list[ChatMessage], kwargs: dict[str, Any], stream: bool) -> LLMResult:
         # A shallow copy: the engine appends messages but never changes one once sent.
@@ -86,7 +89,10 @@ class FunctionLLM:
         reply = self.fn(messages, kwargs)
         if isinstance(reply, BaseException):
             raise reply
-        return text(reply) if isinstance(reply, str) else reply
+        result = text(reply) if isinstance(reply, str) else reply
+        if self.price is not None and result.usage:
+            result = result.model_copy(update={"usage": priced(result.usage, self.price)})
+        return result
 
     async def chat(self, messages: list[ChatMessage], **kwargs: Any) -> LLMResult:
         return self._reply(messages, kwargs, stream=False)
@@ -105,11 +111,11 @@ class ScriptedLLM(FunctionLLM):
 
     def __init__(self, replies: list[Reply], *, abilities: dict[str, bool] | None = None,
                  name: str = "scripted-llm", repeat_last: bool = False,
-                 context_size: int | None = None) -> None:
+                 context_size: int | None = None, price: Price | None = None) -> None:
         self.replies = list(replies)
         self.repeat_last = repeat_last
         super().__init__(fn=self._next, name=name, abilities=dict(abilities or {}),
-                         context_size=context_size)
+                         context_size=context_size, price=price)
 
     def _next(self, messages: list[ChatMessage], kwargs: dict[str, Any]) -> Reply:
         i = len(self.calls) - 1

@@ -35,6 +35,8 @@ class OpenedCall:
 
     turn: dict[str, Any] | None
     record: dict[str, Any] | None
+    token: str = ""
+    """The claim's token (what a request for approval checks the claim by)."""
 
 
 class CallLedger:
@@ -56,7 +58,8 @@ class CallLedger:
 
         def parse(replies: list[Any]) -> OpenedCall:
             turn, record = replies[0]
-            return OpenedCall(json.loads(turn) if turn else None, json.loads(record) if record else None)
+            return OpenedCall(json.loads(turn) if turn else None, json.loads(record) if record else None,
+                              token)
 
         args = [step_no, call_id, pending, lease[1] if lease else ""]
         return Read([Op.call(self._open, keys, args)], parse)
@@ -65,7 +68,9 @@ class CallLedger:
               *, ops: list[Op] | None = None, then: list[Op] | None = None) -> tuple[bool, int]:
         """Record ``outcome`` (None: already done) and count the call in. Returns (whether
         this outcome was recorded, how many of the turn's ``calls`` are in). ``ops`` go with
-        a recorded outcome; ``then`` in the same round trip (on a cluster: after it)."""
+        a recorded outcome; ``then`` in the same round trip (on a cluster: after it). A run
+        left ``waiting`` by the close (the rest of its turn waits for a person) is moved in
+        the run index."""
         store, cluster = self.store, self.cluster
         record = "" if outcome is None else dumps(
             {"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")})
@@ -79,9 +84,13 @@ class CallLedger:
         if not cluster:
             replies = execute(store.r, [Op.call(self._close, keys, args), *(then or [])])
             failed(replies[1:])
-            won, count, _ = checked(replies[0])
+            won, count, _, waiting = checked(replies[0])
+            if int(waiting):
+                store.move_status(run_id, "waiting")
             return bool(won), int(count)
-        won, count, ready = self._close(keys=keys, args=args)
+        won, count, ready, waiting = self._close(keys=keys, args=args)
+        if int(waiting):
+            store.move_status(run_id, "waiting")
         pipe = store.r.pipeline(transaction=False)
         pipe.zrem(self.keys.due, tool_member(run_id, call_id))
         if int(ready):

@@ -28,6 +28,7 @@ from reactq.shared.events import Event, dumps
 from reactq.shared.stores.idempotency import arm_if_queued, claim, write_if_absent
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import dag_index
+from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
 
 from reactq.shared.dag.machine import result_of
 from reactq.shared.dag.state import DagState, dump_dag, load_dag
@@ -76,6 +77,8 @@ class DagRecord:
     created_at: float
     updated_at: float
     result: dict[str, Any] | None
+    tenant: str = DEFAULT_TENANT
+    """Who owns the DAG (and its child runs)."""
 
 
 class DagStore:
@@ -92,7 +95,7 @@ class DagStore:
         self._commit = client.register_script(_COMMIT)
 
     def create(self, dag_id: str, request: dict[str, Any], *,
-               idempotency_key: str | None = None) -> tuple[str, bool]:
+               idempotency_key: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[str, bool]:
         """Store a new queued DAG. A key used before returns ``(existing_id, False)``.
 
         As for runs (``RunStore.create``): the DAG is written first and the key claimed last
@@ -104,7 +107,7 @@ class DagStore:
         dag_index(self.r, self.keys, self.ttl).add(dag_id, float(now))  # before the DAG: see the index
         fields: dict[Any, str | int] = {
             "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
-            "version": 0, "pub_seq": 0, "phase": "planning", "round": 0}
+            "version": 0, "pub_seq": 0, "phase": "planning", "round": 0, "tenant": tenant}
         due = {dag_member(dag_id): deadline_ms(self.due_seconds)}
         if idempotency_key is None:
             pipe = self.r.pipeline(transaction=False)  # two slots on a Redis Cluster
@@ -116,7 +119,7 @@ class DagStore:
         # due only once the key is ours, as for runs; a winner still queued is armed again.
         wrote = write_if_absent(self.r, key, fields)
         # Namespaced: a run and a DAG may carry the same key without meeting.
-        existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}"), dag_id, self.ttl)
+        existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}", tenant), dag_id, self.ttl)
         if existing is None:
             self.r.zadd(self.keys.due, due)
             return dag_id, True
@@ -138,7 +141,7 @@ class DagStore:
             request=json.loads(f["request"]) if "request" in f else {},
             cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
             updated_at=float(f.get("updated_at", 0)),
-            result=json.loads(f["result"]) if "result" in f else None)
+            result=json.loads(f["result"]) if "result" in f else None, tenant=owner_of(f.get("tenant")))
 
     def commit(self, state: DagState, expected_version: int, events: list[Event]) -> bool:
         """Save ``state`` and publish ``events`` if nobody saved since ``expected_version``."""

@@ -11,6 +11,9 @@ due, so no crash can fall between "the step is saved" and "the next one is cover
   that counts the last tool in brings it back to ``now + bound``.
 * ``tool:{run_id}:{call_id}``: one tool call of the turn in flight. Written by the commit
   that starts the turn; removed by the fan-in that counts the call in.
+* ``approval:{run_id}:{call_id}``: a call that waits for a person, due at its approval's
+  ``expires_at``; it replaces the call's and the run's members while the call waits.
+  Written by the request, removed by the decision (``shared/stores/approvals.py``).
 * ``dag:{dag_id}``: the DAG's next driving message. Written by ``DagStore.create`` and every
   non-terminal DAG commit (executing: after the next tick); removed by the terminal one.
 * ``webhook:{webhook_id}``: a webhook message not yet delivered (or given up). Armed with
@@ -41,6 +44,11 @@ def tool_member(run_id: str, call_id: str) -> str:
     return f"tool:{run_id}:{call_id}"
 
 
+def approval_member(run_id: str, call_id: str) -> str:
+    """A call that waits for a person: due at its approval's expiry (``on_timeout``)."""
+    return f"approval:{run_id}:{call_id}"
+
+
 def dag_member(dag_id: str) -> str:
     return f"dag:{dag_id}"
 
@@ -57,9 +65,9 @@ class Member:
 def parse_member(member: str) -> Member | None:
     """The member's parts, or None for a name this version does not know."""
     kind, _, rest = member.partition(":")
-    if kind == "tool":
+    if kind in ("tool", "approval"):
         run_id, sep, call_id = rest.partition(":")
-        return Member("tool", run_id, call_id) if sep and run_id and call_id else None
+        return Member(kind, run_id, call_id) if sep and run_id and call_id else None
     if kind in ("run", "dag", "webhook") and rest:
         return Member(kind, rest)
     return None

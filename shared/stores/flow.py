@@ -89,7 +89,9 @@ if prio == 'b' then rank = rank + redis.call('ZCARD', KEYS[3]) end
 if rank >= slots then return wait(0, 'line') end
 if maxc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  if redis.call('ZCARD', KEYS[2]) >= maxc then return wait(per, 'concurrency') end
+  -- a slot that frees goes to the head of the line (interactive first): whoever is ranked
+  -- behind waiters takes only a slot that is free after theirs
+  if redis.call('ZCARD', KEYS[2]) + rank >= maxc then return wait(per, 'concurrency') end
 end
 local rtat = tonumber(redis.call('HGET', KEYS[1], 'rtat') or '0')
 local ttat = tonumber(redis.call('HGET', KEYS[1], 'ttat') or '0')

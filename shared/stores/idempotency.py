@@ -32,9 +32,11 @@ return 1
 """
 
 
-def idempotent_id(key: str, *, kind: str = "run") -> str:
-    """The id of the run (or DAG: ``kind="dag"``) that idempotency key ``key`` names."""
-    return uuid.uuid5(_NAMESPACE, f"{kind}:{key}").hex
+def idempotent_id(key: str, *, kind: str = "run", tenant: str = "default") -> str:
+    """The id of the run (or DAG: ``kind="dag"``) that idempotency key ``key`` of ``tenant``
+    names (``default`` keeps the ids it always had)."""
+    scope = "" if tenant == "default" else f"@{tenant}"
+    return uuid.uuid5(_NAMESPACE, f"{kind}{scope}:{key}").hex
 
 
 def write_if_absent(r: redis.Redis, key: str, fields: dict[str, Any]) -> bool:

@@ -25,6 +25,7 @@ import redis
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
 from reactq.shared.stores.runs_index import MAX_LIMIT, MAX_SCANNED, decode_cursor, encode_cursor
+from reactq.shared.tenancy import owner_of
 
 __all__ = ["BATCH_FIELDS", "DAG_FIELDS", "ObjectIndex", "batch_index", "batch_row", "dag_index", "dag_row"]
 
@@ -55,8 +56,10 @@ class ObjectIndex:
         pipe.zremrangebyscore(self.key, "-inf", f"({now - 2 * self.ttl}")
         pipe.execute()
 
-    def page(self, *, status: str | None = None, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
-        """``{rows: [...], next_cursor}``, newest first; ``next_cursor`` None at the end."""
+    def page(self, *, status: str | None = None, limit: int = 50, cursor: str | None = None,
+             tenant: str | None = None) -> dict[str, Any]:
+        """``{rows: [...], next_cursor}``, newest first; ``next_cursor`` None at the end.
+        ``tenant``: only that tenant's objects (None: every tenant's, for an admin)."""
         if not 1 <= limit <= MAX_LIMIT:
             raise RequestError(f"limit must be between 1 and {MAX_LIMIT}", field="limit")
         after = decode_cursor(cursor) if cursor else None
@@ -64,13 +67,15 @@ class ObjectIndex:
         scanned = 0
         last = after
         while len(rows) < limit and scanned < MAX_SCANNED:
-            cands = self._candidates(after, limit if status is None else max(limit * 2, 50))
+            exact = status is None and tenant is None
+            cands = self._candidates(after, limit if exact else max(limit * 2, 50))
             if not cands:
                 return {"rows": rows, "next_cursor": None}
             for (oid, score), row in zip(cands, self._load([c[0] for c in cands]), strict=True):
                 scanned += 1
                 last = (score, oid)
-                if row is not None and (status is None or row.get("status") == status):
+                if row is not None and (status is None or row.get("status") == status) \
+                        and (tenant is None or owner_of(row.get("tenant")) == tenant):
                     rows.append(row)
                     if len(rows) == limit:
                         break
@@ -109,8 +114,8 @@ class ObjectIndex:
         return out
 
 
-DAG_FIELDS = ("status", "phase", "created_at", "updated_at", "request")
-BATCH_FIELDS = ("status", "total", "created_at", "updated_at")
+DAG_FIELDS = ("status", "phase", "created_at", "updated_at", "request", "tenant")
+BATCH_FIELDS = ("status", "total", "created_at", "updated_at", "tenant")
 
 
 def dag_index(r: redis.Redis, keys: Keys, ttl: int = 86400) -> ObjectIndex:

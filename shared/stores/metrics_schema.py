@@ -18,6 +18,7 @@ TURNS = "turns"
 _LLM_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 _TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _TURN_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+_APPROVAL_BUCKETS = (1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0)
 _RUN_BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 
 
@@ -50,6 +51,8 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("model", "code")),
     Family("llm_tokens", "counter", "Tokens the model reported, prompt and completion.",
            ("model", "kind")),
+    Family("cost_usd", "counter", "Dollars of priced LLM calls (registry price × reported usage).",
+           ("model", "tenant")),
     Family("tool_call_seconds", "histogram", "Tool calls, hooks included.", ("tool",),
            _TOOL_BUCKETS),
     Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",
@@ -63,6 +66,11 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("model", "kind")),
     Family("flow_budget_stops", "counter", "Runs stopped by their token budget, batch lines skipped.",
            ("scope",)),
+    # approvals (reactq.shared.stores.approvals)
+    Family("approval_decisions", "counter", "Approvals decided, by decision (expired included).",
+           ("decision",)),
+    Family("approval_wait_seconds", "histogram", "From an approval's request to its decision.",
+           ("decision",), _APPROVAL_BUCKETS),
     # guardrails (hooks at run_start and answer): a block or a rewrite
     Family("guardrail_trips", "counter", "Guardrails that blocked a run or rewrote its answer.",
            ("guardrail", "point")),
@@ -79,6 +87,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
 
 def label_field(values: Iterable[str]) -> str:
     return json.dumps([str(v) for v in values], separators=(",", ":"), ensure_ascii=False)
+
+
+def bucket_of(family: Family, value: float) -> str:
+    """The bucket an observation falls in (its upper bound as written, or ``+Inf``)."""
+    for le in family.buckets:
+        if value <= le:
+            return bucket_label(le)
+    return "+Inf"
 
 
 def bucket_label(le: float) -> str:

@@ -37,6 +37,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.roundtrip import Op, Read, checked, execute, failed
 from reactq.shared.stores.runs_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD, inline_ops
 from reactq.shared.stores.streams import PUBLISH, entries_after, read_events, text, triples
+from reactq.shared.tenancy import DEFAULT_TENANT, owner_of, thread_key
 
 # The statuses the run index keeps a set for.
 RUN_STATUSES: tuple[str, ...] = get_args(Status)
@@ -54,6 +55,21 @@ def spend_op(keys: Keys, run_id: str, tokens: int) -> Op:
 def spent_op(keys: Keys, run_id: str) -> Op:
     """Read the run's recorded spend (a reply of None: nothing spent yet)."""
     return Op(("HGET", keys.run(run_id), SPENT_FIELD))
+
+
+#: The run hash's field that adds up the dollars a run was billed (priced calls; its
+#: ``cost_budget_usd``'s spend, and a batch's).
+COST_FIELD = "cost_spent"
+
+
+def cost_op(keys: Keys, run_id: str, cost: float) -> Op:
+    """Add ``cost`` dollars to the run's recorded spend."""
+    return Op(("HINCRBYFLOAT", keys.run(run_id), COST_FIELD, repr(cost)))
+
+
+def spending_op(keys: Keys, run_id: str) -> Op:
+    """Read the run's recorded (tokens, dollars)."""
+    return Op(("HMGET", keys.run(run_id), SPENT_FIELD, COST_FIELD))
 
 
 @dataclass
@@ -75,6 +91,12 @@ class RunRecord:
     """With ``load_step``: the ledger records of the pending turn's calls (those written)."""
     turn_began: float | None = None
     """When the pending tool turn's LLM call began (metrics: the turn's duration)."""
+    waiting: int = 0
+    """Calls of the pending turn that wait for a person's decision."""
+    waiting_seen: bool = False
+    """Whether a call of the run ever waited (approval events then moved ``pub_seq``)."""
+    tenant: str = DEFAULT_TENANT
+    """Who owns the run (the tenant of the key that made it)."""
 
 
 class RunStore:
@@ -102,7 +124,7 @@ class RunStore:
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
-               scheduled_for: str | None = None) -> tuple[str, bool]:
+               scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
@@ -122,7 +144,7 @@ class RunStore:
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
         fields: dict[Any, str | int] = {"status": "queued", "request": dumps(request),
                                   "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
-                                  "step_no": 0, "pub_seq": 0}
+                                  "step_no": 0, "pub_seq": 0, "tenant": tenant}
         if batch_id:
             fields["batch_id"] = batch_id
         if thread_id:
@@ -135,7 +157,7 @@ class RunStore:
         pipe = self.r.pipeline(transaction=False)  # one round trip on one server
         if idempotency_key is None:
             pipe.hset(key, mapping=fields)
-            self._index(pipe, run_id, now, batch_id, thread_id, schedule_id)
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id)
             # Due from the moment it exists (its first message may be lost with a worker).
             pipe.zadd(self.keys.due, due)
             pipe.execute()
@@ -144,10 +166,11 @@ class RunStore:
         # its claim left this very record, which its retry finds here and claims; nothing
         # is due before the key is ours, and a record that exists is never rewritten.
         wrote = write_if_absent(self.r, key, fields)
-        if wrote:
-            self._index(pipe, run_id, now, batch_id, thread_id, schedule_id)
-            pipe.execute()
-        existing = claim(self.r, self.keys.idem(idempotency_key), run_id, self._index_ttl)
+        # A creator killed between its write and its index rows left a run the listing (and
+        # a resumed batch's count) would miss: its retry adds the rows that are missing.
+        self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, missing_only=not wrote)
+        pipe.execute()
+        existing = claim(self.r, self.keys.idem(idempotency_key, tenant), run_id, self._index_ttl)
         if existing is None:
             self.r.zadd(self.keys.due, due)
             return run_id, True
@@ -158,19 +181,23 @@ class RunStore:
             pipe.delete(key)
             pipe.zrem(self.keys.runs, run_id)
             pipe.zrem(self.keys.runs_status("queued"), run_id)
+            pipe.zrem(self.keys.runs_tenant(tenant), run_id)
             pipe.execute()
         return existing, False
 
     def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
-               schedule_id: str | None = None) -> None:
-        """The run's rows in the run index (``reactq.shared.stores.runs_index``)."""
-        for index in (self.keys.runs, self.keys.runs_status("queued")):
-            pipe.zadd(index, {run_id: now})
+               tenant: str, schedule_id: str | None = None, *, missing_only: bool = False) -> None:
+        """The run's rows in the run index (``reactq.shared.stores.runs_index``); a thread's
+        row under the tenant's name for it (``tenancy.thread_key``). ``missing_only``: the run
+        existed already (a retry): add only rows that are not there, never its status row."""
+        statuses = [] if missing_only else [self.keys.runs_status("queued")]
+        for index in (self.keys.runs, *statuses, self.keys.runs_tenant(tenant)):
+            pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
-                     ([self.keys.runs_thread(thread_id)] if thread_id else []) + \
+                     ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []) + \
                      ([self.keys.runs_schedule(schedule_id)] if schedule_id else []):
-            pipe.zadd(index, {run_id: now})
+            pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.expire(index, self._index_ttl)
 
     def load(self, run_id: str) -> RunRecord:
@@ -215,12 +242,12 @@ class RunStore:
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
         fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq",
-                              "schedule_id", "scheduled_for")
+                              "schedule_id", "scheduled_for", "tenant")
         if fields[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        status, created, updated, result, pub, schedule_id, scheduled_for = (
+        status, created, updated, result, pub, schedule_id, scheduled_for, tenant = (
             None if v is None else text(v) for v in fields)
-        out = {"run_id": run_id, "status": status, "created_at": float(created or 0),
+        out = {"run_id": run_id, "status": status, "tenant": owner_of(tenant), "created_at": float(created or 0),
                "updated_at": float(updated or 0), "events": int(pub or 0),
                "result": json.loads(result) if result else None}
         if schedule_id:  # a schedule's run says so (a tick's also which tick)
@@ -277,6 +304,12 @@ class RunStore:
         else:
             self.r.zadd(self.keys.due, {pairs[i + 1]: pairs[i] for i in range(0, len(pairs), 2)})
 
+    def move_status(self, run_id: str, status: str, created_at: float | None = None) -> None:
+        """Move the run to ``status``'s index set after a script changed its status (approvals)."""
+        if created_at is None:
+            created_at = float(text(self.r.hget(self.keys.run(run_id), "created_at") or b"0"))
+        self._index_status(run_id, status, created_at)
+
     def _index_status(self, run_id: str, status: str, created_at: float) -> None:
         """Move the run to its new status set (after the commit: other slots). A crash in
         between leaves a stale row, which the listing corrects against the run hash."""
@@ -284,7 +317,8 @@ class RunStore:
         for other in RUN_STATUSES:
             if other == status:
                 pipe.zadd(self.keys.runs_status(other), {run_id: created_at})
-                pipe.zremrangebyscore(self.keys.runs_status(other), "-inf", time.time() - self._index_ttl)
+                if other != "waiting":  # a run may wait for a person longer than the index's TTL
+                    pipe.zremrangebyscore(self.keys.runs_status(other), "-inf", time.time() - self._index_ttl)
             else:
                 pipe.zrem(self.keys.runs_status(other), run_id)
         pipe.execute()
@@ -395,7 +429,8 @@ def _record(run_id: str, f: dict[str, Any]) -> RunRecord:
         request=json.loads(f["request"]) if "request" in f else {},
         cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
         result=json.loads(f["result"]) if "result" in f else None,
-        turn_began=float(began) if began else None,
+        turn_began=float(began) if began else None, tenant=owner_of(f.get("tenant")),
+        waiting=int(f.get("waiting", 0) or 0), waiting_seen="waiting" in f,
     )
 
 

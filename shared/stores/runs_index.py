@@ -31,13 +31,15 @@ import redis
 
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
+from reactq.shared.tenancy import DEFAULT_TENANT, thread_key
 
 QUERY_CHARS = 200  # the listing shows the start of each query, not 100,000 characters
 MAX_LIMIT = 500
 # One listing reads at most this many candidates (filters that match little stop early
 # and hand back a cursor to go on from, rather than walking a huge set in one request).
 MAX_SCANNED = 5000
-_FIELDS = ("status", "created_at", "updated_at", "request", "result", "batch_id", "schedule_id", "scheduled_for")
+_FIELDS = ("status", "created_at", "updated_at", "request", "result", "batch_id", "schedule_id", "scheduled_for",
+           "tenant")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,8 @@ class RunFilter:
     batch_id: str | None = None
     thread_id: str | None = None
     schedule_id: str | None = None
+    tenant: str | None = None
+    """Only this tenant's runs (None: every tenant's, for an admin)."""
 
 
 def encode_cursor(score: float, run_id: str) -> str:
@@ -85,6 +89,7 @@ def summary(run_id: str, fields: dict[str, str | None]) -> dict[str, Any]:
         "thread_id": request.get("thread_id"),
         "schedule_id": fields.get("schedule_id"),
         "scheduled_for": fields.get("scheduled_for"),
+        "tenant": fields.get("tenant") or DEFAULT_TENANT,
     }
 
 
@@ -92,7 +97,8 @@ def _matches(f: RunFilter, row: dict[str, Any]) -> bool:
     return ((f.status is None or row["status"] == f.status)
             and (f.batch_id is None or row["batch_id"] == f.batch_id)
             and (f.thread_id is None or row["thread_id"] == f.thread_id)
-            and (f.schedule_id is None or row["schedule_id"] == f.schedule_id))
+            and (f.schedule_id is None or row["schedule_id"] == f.schedule_id)
+            and (f.tenant is None or row["tenant"] == f.tenant))
 
 
 class RunsIndex:
@@ -106,9 +112,12 @@ class RunsIndex:
         if f.batch_id is not None:
             return self.keys.runs_batch(f.batch_id)
         if f.thread_id is not None:
-            return self.keys.runs_thread(f.thread_id)
+            return self.keys.runs_thread(thread_key(f.tenant or DEFAULT_TENANT, f.thread_id))
         if f.schedule_id is not None:
             return self.keys.runs_schedule(f.schedule_id)
+        if f.tenant is not None and f.tenant != DEFAULT_TENANT:
+            # ``default``'s runs include those made before tenants: the whole index, filtered.
+            return self.keys.runs_tenant(f.tenant)
         if f.status is not None:
             return self.keys.runs_status(f.status)
         return self.keys.runs
@@ -128,7 +137,8 @@ class RunsIndex:
         last: tuple[float, str] | None = after
         # With at most one filter that the set itself answers (batch, thread, none), every
         # live candidate is a row: read no more than the page. Otherwise expect misses.
-        exact = sum(x is not None for x in (f.status, f.batch_id, f.thread_id, f.schedule_id)) <= 1 and f.status is None
+        exact = (f.status is None and f.tenant != DEFAULT_TENANT
+                 and sum(x is not None for x in (f.batch_id, f.thread_id, f.schedule_id, f.tenant)) <= 1)
         while len(rows) < limit and scanned < MAX_SCANNED:
             chunk = limit if exact else max(limit * 2, 50)
             cands = self._candidates(key, top, after, chunk)

@@ -123,20 +123,24 @@ return {redis.call('XRANGE', KEYS[2], start, '+'), redis.call('HGET', KEYS[1], '
 
 # KEYS: run hash, tools ledger, then (single server only) the call's lease key. ARGV: the
 # turn's step_no, call id, the pending record, the lease token. A tool task's start: returns
-# {the pending turn, the call's ledger record before this call}; when there was none, the
-# turn is current and names the call (and this task holds the lease, when the lease key is
-# given), the call is claimed (the pending record is written).
+# {the pending turn, the call's ledger record before this call}; when there was none, or it
+# is ``approved`` (a person's decision made the call due), the turn is current and names the
+# call (and this task holds the lease, when the lease key is given), the call is claimed
+# (the pending record is written, carrying the approved record).
 OPEN_CALL = """
 local turn = redis.call('HGET', KEYS[1], 'turn')
 local rec = redis.call('HGET', KEYS[2], ARGV[2])
-if not turn or rec then return {turn, rec} end
+if not turn then return {turn, rec} end
+if rec and cjson.decode(rec)['status'] ~= 'approved' then return {turn, rec} end
 local t = cjson.decode(turn)
 if tonumber(t['step_no']) ~= tonumber(ARGV[1]) then return {turn, rec} end
 local named = false
 for _, c in ipairs(t['calls']) do if c['id'] == ARGV[2] then named = true end end
 if not named then return {turn, rec} end
 if #KEYS >= 3 and redis.call('GET', KEYS[3]) ~= ARGV[4] then return {turn, rec} end
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
+local claim = ARGV[3]
+if rec then claim = string.sub(ARGV[3], 1, -2) .. ',"approved":' .. rec .. '}' end
+redis.call('HSET', KEYS[2], ARGV[2], claim)
 return {turn, rec}
 """
 
@@ -147,8 +151,10 @@ return {turn, rec}
 # (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"). The first
 # "done" wins (a stale worker that finishes a call another one already finished is refused);
 # then the call is counted in, stops being due, and once the turn is complete and still
-# current the run's next step is due. Returns {1 when this record won, the fan-in count,
-# 1 when the turn is complete and current}.
+# current the run's next step is due. While calls of the run wait for a person (its
+# ``waiting`` field), the fan-in set is kept (no TTL) and the run is ``waiting`` once nothing
+# else of its turn is out. Returns {1 when this record won, the fan-in count, 1 when the turn
+# is complete and current, 1 when the run became ``waiting``}.
 CLOSE_CALL = OPS_FN + """
 local won = 0
 if ARGV[2] ~= '' then
@@ -158,8 +164,18 @@ end
 apply_ops(5, 10, won == 1)
 if won == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 redis.call('SADD', KEYS[2], ARGV[1])
-redis.call('EXPIRE', KEYS[2], ARGV[3])
 local c = redis.call('SCARD', KEYS[2])
+local w = tonumber(redis.call('HGET', KEYS[3], 'waiting') or '0')
+local waiting = 0
+if w > 0 then
+  redis.call('PERSIST', KEYS[2])
+  if c + w >= tonumber(ARGV[6]) and redis.call('HGET', KEYS[3], 'status') == 'running' then
+    redis.call('HSET', KEYS[3], 'status', 'waiting')
+    waiting = 1
+  end
+else
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
 local ready = 0
 if c >= tonumber(ARGV[6]) and tonumber(redis.call('HGET', KEYS[3], 'step_no') or '-1') == tonumber(ARGV[8]) then
   ready = 1
@@ -168,7 +184,7 @@ if ARGV[9] == '1' then
   redis.call('ZREM', KEYS[4], ARGV[4])
   if ready == 1 then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[5]) end
 end
-return {won, c, ready}
+return {won, c, ready, waiting}
 """
 
 # KEYS: tools ledger. ARGV: call id, the done record. The first "done" wins: a stale worker

@@ -21,6 +21,7 @@ import redis
 from reactq.shared.stores.idempotency import write_if_absent
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.keys import Keys
+from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.schedule.times import Cadence, iso
 from reactq.shared.stores.streams import text
@@ -55,6 +56,8 @@ class ScheduleRecord:
     fired: int = 0
     last_error: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    tenant: str = DEFAULT_TENANT
+    """Who owns the schedule (and the runs it fires)."""
 
     @property
     def paused(self) -> bool:
@@ -88,7 +91,7 @@ def _record(schedule_id: str, raw: dict[Any, Any]) -> ScheduleRecord | None:
         created_at=float(f.get("created_at") or 0), updated_at=float(f.get("updated_at") or 0),
         last_fired_at=_opt_float(f.get("last_fired_at")), last_run_id=f.get("last_run_id") or None,
         skipped=int(f.get("skipped") or 0), fired=int(f.get("fired") or 0),
-        last_error=f.get("last_error") or None)
+        last_error=f.get("last_error") or None, tenant=owner_of(f.get("tenant")))
 
 
 class ScheduleStore:
@@ -100,11 +103,11 @@ class ScheduleStore:
         self._advance = client.register_script(_ADVANCE)
 
     # -- the door --------------------------------------------------------------------
-    def create(self, req: ScheduleRequest, next_tick: int | None) -> bool:
-        """Store a new schedule; False (nothing written) when its id is taken."""
+    def create(self, req: ScheduleRequest, next_tick: int | None, tenant: str = DEFAULT_TENANT) -> bool:
+        """Store a new schedule of ``tenant``; False (nothing written) when its id is taken."""
         now = time.time()
         sid = req.schedule_id
-        fields = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False),
+        fields = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False), "tenant": tenant,
                   "next_tick": "" if next_tick is None else str(next_tick),
                   "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}", "skipped": 0, "fired": 0}
         if not write_if_absent(self.r, self.keys.schedule(sid), fields):

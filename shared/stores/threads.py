@@ -249,7 +249,8 @@ def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
         req = {**request, "query": msg.content, "multitask_strategy": "enqueue",
                "idempotency_key": f"followup:{state.run_id}:{msg.id}"}
         key = req["idempotency_key"]
-        rid, _ = runs.create(idempotent_id(key), req, idempotency_key=key)
+        rid, _ = runs.create(idempotent_id(key, tenant=state.tenant), req, idempotency_key=key,
+                             tenant=state.tenant)
         out.append((rid, msg.content))
     return out
 

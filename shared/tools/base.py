@@ -56,6 +56,8 @@ class Tool:
     """Run calls in a tool-runner process (hard deadline; the GIL of the worker stays free).
     Set False only for tools whose every call is bounded and quick. Last, so that positional
     construction written before it existed keeps working."""
+    requires_approval: bool = False
+    """Every call waits for a person's decision before it runs (``docs/approvals.md``)."""
 
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments, as sent to the LLM."""
@@ -208,6 +210,7 @@ def tool(
     idempotent: bool = True,
     timeout: float | None = None,
     isolate: bool = True,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Decorator: build a ``Tool`` from a function whose parameters are annotated.
 
@@ -233,6 +236,7 @@ def tool(
             idempotent=idempotent,
             timeout=timeout,
             isolate=isolate,
+            requires_approval=requires_approval,
         )
 
     return wrap

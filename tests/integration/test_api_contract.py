@@ -44,6 +44,7 @@ from reactq.shared.api import (
     UiConfig,
     parse_event,
 )
+from reactq.shared.api.approvals import ApprovalPage, Decided, RunApprovals
 from reactq.shared.api.errors import ERROR_CODES
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.ops import FlowModels
@@ -169,6 +170,22 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
                     json={"requests": [{"query": slow}], "concurrency": 1})
     check("POST", "/v1/batches/{batch_id}/cancel", BatchCancelling, 202, f"/v1/batches/{running.batch_id}/cancel")
 
+    # A run whose call waits for a person: its approvals, the inbox, a decision, a second one.
+    aq = llm.script(llm.unique("contract approval"), [reply_tool_calls([("a1", "add", {"a": 1, "b": 1})]),
+                                                      reply_text("2")], synthesis=reply_text("two"))
+    waiting: RunCreated = check("POST", "/v1/runs", RunCreated, 202,
+                                json={"query": aq, "tools": ["add"], "approval": {"tools": ["add"]}})
+    _wait(api, f"/v1/runs/{waiting.run_id}", ("waiting",))
+    mine: RunApprovals = check("GET", "/v1/runs/{run_id}/approvals", RunApprovals, 200,
+                               f"/v1/runs/{waiting.run_id}/approvals")
+    inbox: ApprovalPage = check("GET", "/v1/approvals", ApprovalPage, 200, params={"limit": 500})
+    first = mine.approvals[0]
+    assert first.approval_id in [a.approval_id for a in inbox.approvals]
+    decision = f"/v1/runs/{waiting.run_id}/approvals/{first.approval_id}"
+    body = {"decision": "approve", "args_digest": first.args_digest}
+    check("POST", "/v1/runs/{run_id}/approvals/{approval_id}", Decided, 200, decision, json=body)
+    check("POST", "/v1/runs/{run_id}/approvals/{approval_id}", ErrorResponse, 409, decision, json=body)
+    _wait(api, f"/v1/runs/{waiting.run_id}", ("succeeded",))
     made: ScheduleView = check("POST", "/v1/schedules", ScheduleView, 201,
                                json={"interval_s": 3600, "run": {"query": "contract schedule"}, "paused": True})
     sid = made.schedule_id

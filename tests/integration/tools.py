@@ -16,6 +16,7 @@ import time
 import redis
 from pydantic import BaseModel, Field
 
+from reactq.shared.hooks import Hook, HookContext, HookPoint, HookResult
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
 from reactq.shared.tools.base import Tool
@@ -102,8 +103,26 @@ die = Tool(name="die", description="Kills its worker (tests of the crash limit).
 
 
 
+class TransferArgs(BaseModel):
+    tag: str = Field(description="a label recorded with the run")
+    amount: int = Field(1, ge=0)
+    seconds: float = Field(0, ge=0, le=10)
+
+
+def _transfer(tag: str, amount: int = 1, seconds: float = 0) -> str:
+    started = time.time()
+    time.sleep(seconds)
+    _record(tag, started)
+    return f"moved {amount} ({tag})"
+
+
+# Approvals: a non-idempotent action a person must approve (each run is recorded).
+transfer = Tool(name="transfer", description="Moves money (needs a person's approval).",
+                args_model=TransferArgs, fn=_transfer, idempotent=False, isolate=False,
+                requires_approval=True)
+
 # default_registry adds these to the built-in tools.
-TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s]
+TOOLS = [slow, once, hold_gil, hold_gil_retry, hold_gil_2s, transfer]
 
 class PingArgs(BaseModel):
     tag: str = Field("", description="a label")
@@ -121,3 +140,15 @@ CONNECTOR_TOOLS = [*TOOLS, conn_ping]
 # The crash-limit tests load these (``die`` kills its worker; kept out of TOOLS so that the
 # other tests' catalogs stay under the tool-selection threshold).
 CRASH_TOOLS = [*TOOLS, die]
+
+
+async def _ask_for_big_tags(ctx: HookContext) -> HookResult:
+    """Asks a person before ``slow`` runs with a tag that starts with ``ask``."""
+    if str((ctx.tool_args or {}).get("tag", "")).startswith("ask"):
+        return HookResult(ask=True, reason="a tag that starts with 'ask' needs a person")
+    return HookResult()
+
+
+# The approval tests' workers load these (REACTQ_HOOKS): a PreToolUse hook that asks.
+ASK_HOOKS = [Hook(name="ask_for_big_tags", hook_point=HookPoint.PRE_TOOL_USE, handler=_ask_for_big_tags,
+                  tool_filter="slow")]

@@ -243,7 +243,8 @@ def test_done_reports_answer_achieved_confidence_rounds_usage_and_elapsed() -> N
                          "confidence": 0.9, "rounds": 1, "elapsed": 2.5, "status": "succeeded",
                          "error": None, "output": None,
                          "usage": {"prompt_tokens": 0, "completion_tokens": 0,
-                                   "total_tokens": 10, "llm_calls": 2}}
+                                   "total_tokens": 10, "llm_calls": 2,
+                                   "cached_tokens": 0, "cost_usd": 0.0}}
 
 
 def test_a_pipeline_error_ends_the_dag_failed_with_an_error_event() -> None:

@@ -71,7 +71,7 @@ async def test_the_answer_is_redacted_in_every_delta_and_in_done(mode: Mode) -> 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
 async def test_a_blocked_answer_publishes_nothing_of_it(mode: Mode) -> None:
-    llm = mode.llm([mode.answer("secret"), text("the secret is 42")])
+    llm = mode.llm([mode.answer("secret"), text("the secret is swordfish")])
     block = answer_hook(lambda ctx: HookResult(allow=False, error="answers about secrets are not allowed")
                         if "secret" in (ctx.answer or "") else HookResult(), name="no_secrets")
     out = await run(llm, hooks=[block], status="failed")
@@ -80,7 +80,7 @@ async def test_a_blocked_answer_publishes_nothing_of_it(mode: Mode) -> None:
     err = out.of("error", kind="guardrail")[0]
     assert err == {"message": "answers about secrets are not allowed", "kind": "guardrail",
                    "guardrail": "no_secrets", "seq": err["seq"]}
-    assert "42" not in json.dumps([e.data for e in out.events])
+    assert "swordfish" not in json.dumps([e.data for e in out.events])
 
 
 async def test_answer_hooks_see_the_query_answer_and_metadata_and_chain_their_rewrites() -> None:

@@ -486,8 +486,9 @@ async def test_native_mode_counts_turns_with_tool_calls_not_calls() -> None:
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
-async def test_usage_sums_every_loop_call_but_not_the_synthesis(mode: Mode) -> None:
-    """S18: usage = sum of the loop calls' usage; llm_calls counts calls that reported usage."""
+async def test_usage_sums_every_call_the_synthesis_included(mode: Mode) -> None:
+    """S18: usage = sum of every billed call's usage (the synthesis too); llm_calls counts
+    calls that reported usage."""
     llm = mode.llm([
         mode.call("echo", {"text": "a"}, usage={"prompt_tokens": 10, "completion_tokens": 5,
                                                 "total_tokens": 15}),
@@ -499,11 +500,11 @@ async def test_usage_sums_every_loop_call_but_not_the_synthesis(mode: Mode) -> N
     out = await run(llm, [echo_tool()], completion_check=False)
 
     usage = out.state.usage
-    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (30, 12, 42)
-    assert usage.llm_calls == 2
-    assert out.done["usage"]["prompt_tokens"] == 30
-    assert out.done["usage"]["completion_tokens"] == 12
-    assert out.done["usage"]["total_tokens"] == 42
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (1030, 1012, 2042)
+    assert usage.llm_calls == 3
+    assert out.done["usage"]["prompt_tokens"] == 1030
+    assert out.done["usage"]["completion_tokens"] == 1012
+    assert out.done["usage"]["total_tokens"] == 2042
 
 
 async def test_usage_sums_cache_counters_too() -> None:

@@ -165,14 +165,14 @@ def test_fallback_chunks_are_about_30_chars_on_word_boundaries() -> None:
     assert fallback_chunks("") == []
 
 
-async def test_synthesis_usage_is_not_part_of_the_run_usage() -> None:
-    """S18/S78: done.usage is the loop's usage only."""
+async def test_synthesis_usage_is_part_of_the_run_usage() -> None:
+    """S18/S78: done.usage is everything the run was billed for, the synthesis included."""
     llm = ScriptedLLM([final("a", usage={"prompt_tokens": 3, "completion_tokens": 2}),
                        text(SYNTH_TEXT, usage={"prompt_tokens": 100, "completion_tokens": 100})])
 
     out = await run(llm, [])
 
-    assert out.done["usage"]["total_tokens"] == 5
+    assert out.done["usage"]["total_tokens"] == 205
 
 
 @pytest.mark.parametrize("mode", MODES, ids=str)

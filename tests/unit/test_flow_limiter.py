@@ -215,3 +215,25 @@ def test_reactq_run_shows_a_wait_for_capacity() -> None:
     r.handle(Event("phase", {"phase": "rate_limited", "model": "general", "wait_s": 2.5, "seq": 1}), "1-0")
     r.close()
     assert "model general is at its limits; waiting ≈ 2.5s" in buf.getvalue()
+
+
+def test_a_freed_slot_goes_to_the_waiting_interactive_call_not_a_batch_call(lim: FlowLimiter, clock: Clock) -> None:
+    """max_concurrency = 1 saturated by a batch: an interactive call that asked while the
+    slot was taken gets it next, whichever batch waiter comes back first."""
+    limits = Limits(max_concurrency=1)
+    busy = lim.acquire("m", limits, member="b0", priority="batch", tokens=1)
+    assert isinstance(busy, Ticket)
+    for m in ("b1", "b2"):
+        assert isinstance(lim.acquire("m", limits, member=m, priority="batch", tokens=1), Denied)
+    assert isinstance(lim.acquire("m", limits, member="i1", priority="interactive", tokens=1), Denied)
+    lim.settle(busy, limits, 1)
+    clock.advance(0.01)
+    # The batch waiters are back first: the free slot is the interactive call's.
+    for m in ("b1", "b2"):
+        assert isinstance(lim.acquire("m", limits, member=m, priority="batch", tokens=1), Denied)
+    got = lim.acquire("m", limits, member="i1", priority="interactive", tokens=1)
+    assert isinstance(got, Ticket)
+    lim.settle(got, limits, 1)
+    # Then the batch line in its own order.
+    assert isinstance(lim.acquire("m", limits, member="b2", priority="batch", tokens=1), Denied)
+    assert isinstance(lim.acquire("m", limits, member="b1", priority="batch", tokens=1), Ticket)

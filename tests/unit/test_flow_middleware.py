@@ -105,3 +105,19 @@ async def test_other_errors_pass_through_and_free_the_reservation(setup) -> None
     with pytest.raises(LLMError):
         await llm.chat(MSGS)
     assert lim.usage("m")["in_flight"] == 0 and lim.usage("m")["reserved_tokens"] == 0
+
+
+async def test_a_tenants_rpm_paces_its_calls_whatever_the_model_allows(setup) -> None:
+    import time
+
+    lim, _, flow = setup
+    llm = LimitedLLM(Fake(), Limits(), flow)  # the model itself is unlimited
+    scope = FlowScope(run_id="r1", tenant="acme", tenant_limits=Limits(rpm=600))
+    started = time.monotonic()
+    with flow_scope(scope):
+        for _ in range(4):
+            await llm.chat(MSGS)
+    # 600 a minute: one call each 0.1 s across the tenant (zero burst).
+    assert time.monotonic() - started >= 0.28
+    assert lim.usage("tenant:acme")["rpm_used"] == 4
+    assert scope.tenant_tickets == {}

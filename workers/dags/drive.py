@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import AbstractContextManager
 from functools import cached_property
 from typing import Any
 
@@ -25,8 +26,11 @@ from reactq.shared.stores.dags import DagNotFound, DagRecord, DagStore
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import RunNotFound, StructuredOutputError
+from reactq.shared.flow.middleware import FlowScope, flow_scope
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
+from reactq.shared.stores.flow import Limits
+from reactq.shared.tenants import quota_of
 from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers import webhooks
@@ -75,16 +79,16 @@ class DagContext:
             log.info("dag %s: version %s was saved elsewhere", state.dag_id, version)
             return False
         for effect in t.effects:
-            self._apply(effect, state.dag_id)
+            self._apply(effect, state.dag_id, state.tenant)
         if hook:
             webhooks.send_done("dag", state.dag_id, lambda task, args, queue: send(task, args, queue=queue))
         return True
 
-    def _apply(self, effect: M.Effect, dag_id: str) -> None:
+    def _apply(self, effect: M.Effect, dag_id: str, tenant: str) -> None:
         runs = self.rt.store
         if isinstance(effect, M.StartRun):
             if not runs.exists(effect.run_id):
-                runs.create(effect.run_id, effect.request)
+                runs.create(effect.run_id, effect.request, tenant=tenant)
             if self.store.cancel_requested(dag_id):
                 # A cancel that looked for this run before it existed found nothing to stop.
                 runs.request_cancel(effect.run_id)
@@ -137,6 +141,7 @@ def drive_start(ctx: DagContext, dag_id: str) -> None:
         request = DagRequest.model_validate(rec.request)
         model = request.model or name_for_role(ctx.rt.models, "smart")
         state = M.new_dag(dag_id, request, model=model, now=time.time())
+        state.tenant = rec.tenant
         if not ctx.save(state, rec.version, M.start_planning(state)):
             return
     drive_plan(ctx, dag_id, 1)
@@ -182,10 +187,19 @@ def _make_plan(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[Execut
              if state.tools is None or t.name in state.tools]
     context = replan_context(state.history, recent=ctx.config.recent_truncation,
                              older=ctx.config.older_truncation) if state.history else None
-    outcome = ctx.rt.run(create_plan(
-        ctx.rt.llm(state.model), state.effective_goal(), tools=tools, context=context,
-        desc_length=ctx.config.planner_desc_length, max_steps=ctx.config.max_steps))
+    with tenant_scope(ctx, state):
+        outcome = ctx.rt.run(create_plan(
+            ctx.rt.llm(state.model), state.effective_goal(), tools=tools, context=context,
+            desc_length=ctx.config.planner_desc_length, max_steps=ctx.config.max_steps))
     return outcome.plan, outcome.usage
+
+
+def tenant_scope(ctx: DagContext, state: DagState) -> AbstractContextManager[FlowScope]:
+    """The DAG's own calls (planner, analyzer, synthesis) are its tenant's: counted in its
+    cost metrics and paced by its ``rpm`` / ``tpm``."""
+    quota = quota_of(ctx.rt.settings, state.tenant)
+    limits = Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None
+    return flow_scope(FlowScope(tenant=state.tenant, tenant_limits=limits))
 
 
 def _interrupted(ctx: DagContext, state: DagState, env: M.Env) -> M.Transition | None:
@@ -244,8 +258,9 @@ def drive_analyze(ctx: DagContext, dag_id: str, round_no: int) -> None:
     if live is None or live[1].phase != "analyzing" or live[1].round != round_no:
         return
     rec, state = live
-    outcome = ctx.rt.run(analyze(ctx.rt.llm(state.model), state.effective_goal(), state.steps,
-                                 truncation=ctx.config.analyzer_truncation))
+    with tenant_scope(ctx, state):
+        outcome = ctx.rt.run(analyze(ctx.rt.llm(state.model), state.effective_goal(), state.steps,
+                                     truncation=ctx.config.analyzer_truncation))
     env = ctx.env()
     t = _interrupted(ctx, state, env)
     if t is None:
@@ -293,7 +308,8 @@ def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str,
     ctx.store.publish(state.dag_id, [M.emit(state, "answer", status="start")])
     parts: list[str] = []
     try:
-        ctx.rt.run(_stream(ctx, state, parts))
+        with tenant_scope(ctx, state):
+            ctx.rt.run(_stream(ctx, state, parts))
     except Exception as exc:  # noqa: BLE001 — a failed synthesis falls back
         log.warning("dag %s: synthesis failed: %s", state.dag_id, exc)
         return "".join(parts) + fallback, _fallback_events(state, fallback, exc)

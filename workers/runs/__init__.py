@@ -1,0 +1,1 @@
+"""A run's tasks and their driver."""

@@ -70,6 +70,9 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send,
     state = rec.state or _initial_state(rt, rec)
     if rec.state is None and not threads.prepare(rt, rec, state):
         return
+    if rec.waiting_seen and isinstance(next_step(state), RunTools):
+        # Approval events were published while the turn was out (shared/stores/approvals_lua.py).
+        state.seq = max(state.seq, rec.pub_seq)
     flow.set_message_priority(state)
     io = StoreIO(rt, run_id, rec.cancel)
     current = rec.step_no
@@ -84,6 +87,8 @@ def iterate(rt: Runtime, run_id: str, step_no: int | None, send: Send,
         if not _commit(rt, state, current, adv, send, chain=True, began=began, early=early,
                        turn_began=loaded.turn_began if loaded else None):
             flow.discard(gate)
+            if rec.waiting and isinstance(adv.next, Done):
+                rt.approvals.cancel_pending(run_id)  # stopped while a person was to decide
             return
         io.published = max([io.published, *(e.seq for e in early)])
         loaded = None
@@ -98,7 +103,7 @@ def _turn_ahead(rt: Runtime, state: RunState, adv: Advance, io: StoreIO) -> tupl
     publish always left: the redone turn re-creates that seq, and it is not published again."""
     if not isinstance(adv.step, RunTools) or not isinstance(adv.next, CallLLM) or io.cancel:
         return None, []
-    if state.token_budget is not None or state.rate_limited_since is not None:
+    if flow.may_stop(rt, state) or state.rate_limited_since is not None:
         return None, []  # the gate would change the state (a budget's ending, a wait's end)
     gate = flow.gate(rt, state, rt.deps_for(state))
     if gate.events is not None or gate.wait is not None:
@@ -252,9 +257,12 @@ def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], st
     else:
         outcomes = rt.store.ledger_outcomes(state.run_id, ids)
     if len(outcomes) < len(calls):
-        # Resumed by the watchdog before every tool reported: send what nobody is running.
+        # Resumed by the watchdog before every tool reported: send what nobody is running
+        # (a call that waits for a person is sent by its decision).
+        waiting = _waiting_calls(loaded)
         for call in calls:
-            if call.id not in outcomes and not rt.leases.alive(tool_member(state.run_id, call.id)):
+            if call.id not in outcomes and call.id not in waiting \
+                    and not rt.leases.alive(tool_member(state.run_id, call.id)):
                 send(TOOL, [state.run_id, step_no, call.id, call.name], TOOLS)
         return None
     deps = rt.deps_for(state)
@@ -262,6 +270,11 @@ def _fan_in(rt: Runtime, state: RunState, calls: tuple[ToolCallRequest, ...], st
     step_io: steps.StepIO = io if loaded is None or loaded.interrupts is None else LoadedIO(io, loaded.interrupts)
     adv: Advance = rt.run(steps.finish_tools(state, deps, step_io, outcomes))
     return replace(adv, events=events + adv.events)
+
+
+def _waiting_calls(loaded: RunRecord | None) -> set[str]:
+    ledger = loaded.ledger if loaded is not None and loaded.ledger is not None else {}
+    return {cid for cid, rec in ledger.items() if rec.get("status") == "waiting"}
 
 
 def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:
@@ -341,7 +354,9 @@ def _stale(rec: RunRecord, step_no: int | None) -> bool:
 def _initial_state(rt: Runtime, rec: RunRecord) -> RunState:
     request = RunRequest.model_validate(rec.request)
     deps = rt.deps_for(None, request.model)
-    return new_state(request, deps, run_id=rec.run_id)
+    state = new_state(request, deps, run_id=rec.run_id)
+    state.tenant = rec.tenant
+    return state
 
 
 # -- the crash limit (workers/recovery/watchdog.py counts; these end what must not be sent again) --------

@@ -33,13 +33,16 @@ from reactq.shared.engine.steps import EngineDeps
 from reactq.shared.engine.synthesis import synthesis_messages
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
-from reactq.shared.stores.flow import Denied, Ticket
+from reactq.shared.stores.flow import Denied, Limits, Ticket
 from reactq.shared.flow.middleware import FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
 from reactq.shared.llm.base import LLM
+from reactq.shared.llm.pricing import Price, reserve_cost
 from reactq.shared.stores.due import run_member
 from reactq.shared.stores.roundtrip import checked, execute, failed, take
-from reactq.shared.stores.runs import spent_op
+from reactq.shared.stores.runs import spending_op
 from reactq.shared.settings import Settings
+from reactq.shared.stores.spend import TenantSpend
+from reactq.shared.tenants import quota_of
 from reactq.shared.wire import message_priorities
 from reactq.workers import metrics
 
@@ -66,9 +69,15 @@ def set_message_priority(state: RunState | None) -> None:
 
 def spent(rt: Runtime, run_id: str) -> int:
     """The run's recorded spend, with the spends still deferred in this step sent first."""
-    replies = execute(rt.redis, [*take(), spent_op(rt.keys, run_id)])
+    return spending(rt, run_id)[0]
+
+
+def spending(rt: Runtime, run_id: str) -> tuple[int, float]:
+    """The run's recorded (tokens, dollars), the spends still deferred in this step sent first."""
+    replies = execute(rt.redis, [*take(), spending_op(rt.keys, run_id)])
     failed(replies[:-1])
-    return int(checked(replies[-1]) or 0)
+    tokens, cost = checked(replies[-1])
+    return int(tokens or 0), float(cost or 0.0)
 
 
 def _step_call(state: RunState, deps: EngineDeps) -> tuple[LLM, int] | None:
@@ -107,13 +116,14 @@ class Gate:
 
 def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     """Decide at the step boundary (see the module doc)."""
-    scope = FlowScope(run_id=state.run_id, priority=state.priority, defer=True)
-    if state.token_budget is not None and isinstance(next_step(state), CallLLM | Answer):
-        used = spent(rt, state.run_id)
-        if flowcontrol.budget_reached(state, used):
-            metrics.budget_stop(rt.recorder, "run")
-            return Gate(events=flowcontrol.stop_for_budget(state, used, now=deps.clock()))
+    quota = quota_of(rt.settings, state.tenant)
+    scope = FlowScope(run_id=state.run_id, tenant=state.tenant, priority=state.priority, defer=True,
+                      tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None)
     call = _step_call(state, deps)
+    if isinstance(next_step(state), CallLLM | Answer):
+        stop = _budget_stop(rt, state, deps, call)
+        if stop is not None:
+            return Gate(events=stop)
     if call is None:
         return Gate(scope=scope)
     llm, tokens = call
@@ -131,6 +141,47 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
             return Gate(wait=RateLimited(llm.name, got.wait_s, got.reason))
         time.sleep(got.wait_s)
     return Gate(wait=RateLimited(llm.name, 1.0, "busy"))
+
+
+def may_stop(rt: Runtime, state: RunState) -> bool:
+    """Whether a cap could end the run at its next gate (a token or dollar budget, or its
+    tenant's daily cost cap)."""
+    return (state.token_budget is not None or state.cost_budget_usd is not None
+            or quota_of(rt.settings, state.tenant).cost_per_day_usd is not None)
+
+
+def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps,
+                 call: tuple[LLM, int] | None) -> list[Event] | None:
+    """The budget path's events when a cap is reached before the step's call, else None:
+    the run's tokens and dollars as recorded (every settled call), then its tenant's day —
+    spent plus what calls in flight hold — with this call's worst case held if it goes on."""
+    now = deps.clock()
+    if state.token_budget is not None or state.cost_budget_usd is not None:
+        used, cost = spending(rt, state.run_id)
+        if flowcontrol.budget_reached(state, used):
+            metrics.budget_stop(rt.recorder, "run")
+            return flowcontrol.stop_for_budget(state, used, now=now)
+        if state.cost_budget_usd is not None and flowcontrol.cost_reached(state, cost):
+            metrics.budget_stop(rt.recorder, "run_cost")
+            return flowcontrol.stop_for_cost(state, cost, state.cost_budget_usd, "run", now=now)
+    cap = quota_of(rt.settings, state.tenant).cost_per_day_usd
+    if cap is None or call is None:
+        return None
+    got = TenantSpend(rt.redis, rt.keys).reserve(state.tenant, state.run_id, _worst_case(*call), cap)
+    if got.ok:
+        return None
+    metrics.budget_stop(rt.recorder, "tenant_cost")
+    return flowcontrol.stop_for_cost(state, got.spent + got.held, cap, "tenant", now=now)
+
+
+def _worst_case(llm: LLM, tokens: int) -> float:
+    """A call's reservation in dollars: its prompt estimate and completion allowance at the
+    model's price (0 for a model without one: the door refuses caps over those)."""
+    price = getattr(llm, "price", None)
+    if not isinstance(price, Price):
+        return 0.0
+    completion = _completion(llm)
+    return reserve_cost(max(0, tokens - completion), completion, price)
 
 
 @contextmanager

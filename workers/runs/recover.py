@@ -1,4 +1,5 @@
-"""How the due watchdog takes up a run's step or a tool call again (its ``Handler``s).
+"""How the due watchdog takes up a run's step or a tool call again (its ``Handler``s), and
+applies an expired approval's ``on_timeout``.
 
 A member nobody holds is sent again; one whose work keeps killing its workers
 (``REACTQ_MAX_TASK_CRASHES``) is ended instead: a run step ends the run ``failed``, a tool
@@ -14,7 +15,7 @@ from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.due import Member
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers.recovery.watchdog import DueWatchdog, Handler
-from reactq.workers.runs import drive, toolcall
+from reactq.workers.runs import approvals, drive, toolcall
 
 log = logging.getLogger(__name__)
 
@@ -54,4 +55,11 @@ def resend_tool(wd: DueWatchdog, member: str, m: Member, died: bool) -> None:
     wd.send(TOOL, [m.owner, step_no, m.call_id, call.name], TOOLS_QUEUE)
 
 
-HANDLERS: dict[str, Handler] = {"run": resend_run, "tool": resend_tool}
+def expire_approval(wd: DueWatchdog, member: str, m: Member, died: bool) -> None:
+    """An approval's expiry: ``on_timeout`` applies (its decision removes the member)."""
+    assert m.call_id is not None
+    if approvals.expire(wd.rt, m.owner, m.call_id, wd.send):
+        wd.forget(member)
+
+
+HANDLERS: dict[str, Handler] = {"run": resend_run, "tool": resend_tool, "approval": expire_approval}

@@ -22,6 +22,7 @@ from reactq.shared.stores.threads import (
     run_thread,
 )
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.shared.tenancy import thread_key
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ def prepare(rt: Runtime, rec: RunRecord, state: RunState) -> bool:
     tid = run_thread(rec.request)
     if tid is None:
         return True
+    tid = thread_key(rec.tenant, tid)  # the tenant's own thread of that name
     ts = thread_store(rt)
     state.thread_id = tid
     if ts.active(tid) != rec.run_id and not rec.cancel:

@@ -1,6 +1,6 @@
-"""The tool task's side: run one call of a turn exactly once (unless its ledger has it),
-count it in, and send the fan-in when it is the turn's last; and the crash limit's answer
-for a call whose worker died too often.
+"""The tool task's side: run one call of a turn exactly once (unless its ledger has it, or
+it waits for a person: ``workers/runs/approvals.py``), count it in, and send the fan-in when
+it is the turn's last; and the crash limit's answer for a call whose worker died too often.
 
 Two round trips of its own (``reactq.shared.stores.calls``): the call's open (turn, ledger record,
 claim) with the lease, and its close (outcome, fan-in, due records, the tool's metrics) with
@@ -13,17 +13,15 @@ import logging
 import uuid
 from typing import Any
 
-from reactq.shared import otel
 from reactq.shared.stores.due import tool_member
 from reactq.shared.stores.calls import OpenedCall
-from reactq.shared.engine import prompts
 from reactq.shared.engine.state import ToolOutcome
-from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.stores.roundtrip import take
 from reactq.workers import metrics
 from reactq.workers.runs import drive
 from reactq.shared.wire import ITERATE, TOOL
+from reactq.workers.runs import approvals
 from reactq.workers.runs.drive import RUNS, TOOLS
 from reactq.workers.runs.listeners import Send
 from reactq.workers.runtime import Runtime
@@ -45,9 +43,14 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
     if call is None:
         return
     record = opened.record
+    status = record.get("status") if record else None
+    if status == "waiting":
+        return  # a person decides; the decision makes the call due again
     outcome = None
-    if record is None or record["status"] != "done":
-        outcome = _execute_once(rt, run_id, call, turn, record)
+    if status != "done":
+        outcome = approvals.run_call(rt, run_id, call, turn, record, opened.token, len(calls))
+        if outcome is approvals.WAITS:
+            return  # it waits for a person, holding nothing (the lease goes as the task ends)
     # Whatever follows the close is a send, covered by the due record the close writes: the
     # lease goes with it.
     release = rt.leases.handoff()
@@ -58,23 +61,6 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
         log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
     if counted >= len(calls):
         send(ITERATE, [run_id, step_no], RUNS)
-
-
-def _execute_once(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any],
-                  record: dict[str, Any] | None) -> ToolOutcome:
-    """Run the call; ``record`` is its ledger record from before this task (None: the open
-    claimed it for this task)."""
-    registry = rt.tools.filtered(turn["tool_names"])
-    if record is not None and call.name in registry and not registry.get(call.name).idempotent:
-        # An earlier delivery started this call and died: its effect is unknown, and a
-        # non-idempotent tool must not silently run twice.
-        return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.UNCERTAIN_OBSERVATION,
-                           uncertain=True, worker=rt.worker_name)
-    with otel.tool_span(call.name, call.id, run_id) as span:
-        outcome = rt.run(execute_call(call, registry=registry, hooks=rt.hooks, run_id=run_id,
-                                      metadata=turn.get("metadata") or {}, worker=rt.worker_name))
-        otel.tool_outcome(span, outcome.error, outcome.blocked, outcome.uncertain)
-    return outcome
 
 
 def turn_call(turn: dict[str, Any] | None, call_id: str) -> ToolCallRequest | None:

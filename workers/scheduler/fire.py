@@ -122,7 +122,7 @@ class Firer:
         except ValidationError as exc:
             return None, f"the schedule's run is no longer valid: {exc.errors()[0]['msg']}"
         rid, created = self.runs.create(run_id, req.model_dump(mode="json"), idempotency_key=key,
-                                        schedule_id=rec.schedule_id, scheduled_for=iso(tick))
+                                        schedule_id=rec.schedule_id, scheduled_for=iso(tick), tenant=rec.tenant)
         if created:
             self.send(rid, 0, message_priorities(broker_url(self.settings))[req.priority])
         log.info("schedule %s: tick %s → run %s", rec.schedule_id, iso(tick), rid)

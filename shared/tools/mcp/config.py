@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -52,6 +52,9 @@ class McpServerConfig(BaseModel):
     headers_from_env: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(60.0, gt=0)
     connect_timeout: float = Field(30.0, gt=0)
+    approval: Literal["always", "writes", "never"] = "never"
+    """Which of the server's tools wait for a person: every one, those without
+    ``readOnlyHint``, or none."""
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:

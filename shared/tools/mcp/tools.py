@@ -109,6 +109,13 @@ class McpTool(Tool):
         return summarise_result(result)
 
 
+def approval_from(policy: str, annotations: ToolAnnotations | None) -> bool:
+    """A server's ``approval``: ``always``, ``writes`` (tools without ``readOnlyHint``), ``never``."""
+    if policy == "writes":
+        return not (annotations is not None and annotations.read_only_hint is True)
+    return policy == "always"
+
+
 def idempotent_from(annotations: ToolAnnotations | None) -> bool:
     """MCP's defaults: no hints → not idempotent (see the module docstring)."""
     if annotations is None:
@@ -185,6 +192,7 @@ def _wrap(cfg: McpServerConfig, d: McpToolDef, servers: tuple[McpServerConfig, .
         args_model=_AnyArgs,
         fn=_never_called,
         idempotent=idempotent_from(d.annotations),
+        requires_approval=approval_from(cfg.approval, d.annotations),
         isolate=False,  # remote: the call runs in its server; the worker keeps one session
         server=cfg.name,
         remote_name=d.name,

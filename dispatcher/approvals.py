@@ -1,0 +1,69 @@
+"""Deciding approvals from the door (HTTP, CLI, ``RunHandle.decide``): check the decision,
+take it in its script (``reactq.shared.stores.approvals``), send what it made due.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from reactq.shared.engine.approval import DECIDED
+from reactq.shared.errors import RequestError
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.client import Dispatcher
+
+MAX_MESSAGE = 20_000
+
+
+def check(decision: str, args: dict[str, Any] | None, message: str | None) -> None:
+    """A decision's own rules; ``RequestError`` naming the field."""
+    if decision not in DECIDED:
+        raise RequestError(f"decision must be one of {', '.join(DECIDED)}", field="decision")
+    if decision == "edit" and not isinstance(args, dict):
+        raise RequestError("an edit needs args: the arguments to run the call with (an object)", field="args")
+    if decision != "edit" and args is not None:
+        raise RequestError("args go with decision 'edit' only", field="args")
+    if decision == "respond" and not (message or "").strip():
+        raise RequestError("a response needs message: it is the call's answer", field="message")
+    if message is not None and len(message) > MAX_MESSAGE:
+        raise RequestError(f"message: at most {MAX_MESSAGE} characters", field="message")
+
+
+def decide(d: Dispatcher, run_id: str, approval_id: str, decision: str, *, args_digest: str | None,
+           args: dict[str, Any] | None = None, message: str | None = None,
+           by: str | None = None) -> dict[str, Any]:
+    """Take ``decision`` and send what it made due; ``{approval_id, status}``."""
+    check(decision, args, message)
+    if args_digest is None:  # the Python caller who read the pending request just now
+        current = d.approvals.get(run_id, approval_id)
+        args_digest = current.get("args_digest") if current else None
+    done = d.approvals.decide(run_id, approval_id, decision, digest=args_digest or "", args=args,
+                              message=message, by=by)
+    if done.new and done.old != done.new:
+        d.store.move_status(run_id, done.new, done.created_at)
+    for task, task_args, queue in done.sends:
+        d.send(task, task_args, queue)
+    return {"approval_id": approval_id, "status": done.record["status"]}
+
+
+def with_waiting(store: Any, view: dict[str, Any]) -> dict[str, Any]:
+    """A DAG's view (``GET /v1/dags/{id}``) where a running step whose child run waits for a
+    person says ``waiting``, and so does the DAG while nothing else of it runs."""
+    steps = [s for s in view.get("steps") or [] if s.get("status") == "running" and s.get("run_id")]
+    if not steps:
+        return view
+    rows = store.fields_of([s["run_id"] for s in steps], "status")
+    for step, (status,) in zip(steps, rows, strict=True):
+        if status == "waiting":
+            step["status"] = "waiting"
+    if view.get("status") == "running" and all(s["status"] == "waiting" for s in steps):
+        view["status"] = "waiting"
+    return view
+
+
+def waiting_lines(client: Any, keys: Any, batch_id: str) -> int:
+    """How many runs of an HTTP batch wait for a person (the batch goes on without them)."""
+    from reactq.shared.stores.runs_index import MAX_LIMIT, RunFilter, RunsIndex
+
+    page = RunsIndex(client, keys).page(RunFilter(status="waiting", batch_id=batch_id), limit=MAX_LIMIT)
+    return len(page["runs"])

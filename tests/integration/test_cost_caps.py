@@ -1,0 +1,120 @@
+"""Dollar caps and a tenant's request rate through real workers: a run's ``cost_budget_usd`` and a tenant's
+``cost_per_day_usd`` stop on the call that reaches them (the summary path, ``error`` kind
+``budget``), the spend survives a worker killed with -9, and a cap over a model without a
+price is refused at the door."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from reactq.shared.errors import RequestError
+from reactq.shared.requests import RunRequest
+from tests.integration.flow_kit import FlowCluster
+from tests.scripted_server import first_user_text, reply_text, reply_tool_calls
+
+pytestmark = pytest.mark.integration
+
+PRICE = "{ input_per_mtok = 2.5, output_per_mtok = 10.0 }"
+TURN = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}  # $0.0035 a call
+CALL_USD = 0.0035
+
+
+@pytest.fixture(scope="module")
+def cluster(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowCluster]:
+    tmp = tmp_path_factory.mktemp("caps")
+    tenants = tmp / "tenants.toml"
+    tenants.write_text("[tenants.thrifty]\ncost_per_day_usd = 0.006\n[tenants.metered]\nrpm = 120\n")
+    c = FlowCluster(redis_url, tmp, limits={"price": PRICE}, workers=1, REACTQ_TENANTS=str(tenants))
+    c.settings = c.settings.model_copy(update={"tenants": tenants})
+    c.d.settings = c.settings
+    c.tenants_file = tenants  # type: ignore[attr-defined]
+    yield c
+    c.close()
+
+
+def _tool_turns(c: FlowCluster, text: str, seconds: float = 0.0) -> str:
+    turn = reply_tool_calls([("c1", "slow", {"tag": "cap", "seconds": seconds})], usage=TURN)
+    return c.book.script(text, [turn], synthesis=reply_text("summary", usage=TURN))
+
+
+def _requests(c: FlowCluster, query: str) -> int:
+    return sum(1 for r in c.server.requests if query in first_user_text(r.body))
+
+
+def _events(c: FlowCluster, run_id: str) -> list[Any]:
+    return [e for _, e in c.d.handle(run_id).events(timeout=30)]
+
+
+def test_a_run_stops_on_the_call_that_reaches_its_cost_budget(cluster: FlowCluster) -> None:
+    q = _tool_turns(cluster, "caps: keep calling tools")
+    h = cluster.d.submit(RunRequest(query=q, mode="native", cost_budget_usd=0.006))
+    result = h.result(timeout=30)
+    # $0.0035 after the first call (under the cap), $0.007 after the second: the last.
+    assert _requests(cluster, q) == 2
+    assert result["usage"]["cost_usd"] == pytest.approx(2 * CALL_USD, abs=1e-12)
+    assert result["status"] == "succeeded"
+    (budget,) = [e for e in _events(cluster, h.run_id) if e.channel == "error"]
+    assert budget.data["kind"] == "budget" and budget.data["cap"] == "run"
+    assert budget.data["cost_budget_usd"] == 0.006
+
+
+def test_the_spend_survives_a_worker_killed_with_minus_9(cluster: FlowCluster) -> None:
+    q = _tool_turns(cluster, "caps: a worker dies mid-run", seconds=2.0)
+    h = cluster.d.submit(RunRequest(query=q, mode="native", cost_budget_usd=0.006))
+    deadline = time.monotonic() + 20
+    while _requests(cluster, q) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the first call's spend is recorded; its tool sleeps
+    cluster.workers[0].kill()
+    models = Path(cluster.tenants_file).parent / "models.toml"  # type: ignore[attr-defined]
+    cluster.workers.append(cluster.factory.start("caps-after", REACTQ_MODELS=str(models),
+                                                 REACTQ_TENANTS=str(cluster.tenants_file),  # type: ignore[attr-defined]
+                                                 REACTQ_FLOW_COMPLETION_ESTIMATE="32"))
+    result = h.result(timeout=60)
+    assert _requests(cluster, q) == 2  # the dead worker's spend was not forgotten
+    assert result["usage"]["cost_usd"] >= 0.006
+
+
+def test_a_tenants_daily_cap_stops_its_runs_and_not_the_others(cluster: FlowCluster) -> None:
+    q1 = cluster.book.script("caps: thrifty's first", [reply_text("one", usage=TURN)],
+                             synthesis=reply_text("first answer", usage=TURN))
+    r1 = cluster.d.submit(RunRequest(query=q1), tenant="thrifty").result(timeout=30)
+    assert r1["answer"] == "first answer"  # $0.0035 spent before the synthesis: under the cap
+    q2 = cluster.book.script("caps: thrifty's second", [reply_text("two", usage=TURN)])
+    h2 = cluster.d.submit(RunRequest(query=q2), tenant="thrifty")
+    assert h2.result(timeout=30)["status"] == "succeeded"
+    assert _requests(cluster, q2) == 0  # $0.007 spent today: no call at all
+    (budget,) = [e for e in _events(cluster, h2.run_id) if e.channel == "error"]
+    assert budget.data["kind"] == "budget" and budget.data["cap"] == "tenant"
+    q3 = cluster.book.script("caps: another tenant", [reply_text("three", usage=TURN)],
+                             synthesis=reply_text("third answer", usage=TURN))
+    assert cluster.d.submit(RunRequest(query=q3), tenant="other").result(timeout=30)["answer"] == "third answer"
+
+
+def test_a_cap_over_a_model_without_a_price_is_refused_at_the_door(workers: Any, dispatcher: Any) -> None:
+    with pytest.raises(RequestError) as exc:
+        dispatcher.submit(RunRequest(query="q", cost_budget_usd=1.0))
+    assert exc.value.field == "cost_budget_usd" and "no price" in str(exc.value)
+
+
+def test_a_tenants_rpm_paces_its_calls_across_its_runs(cluster: FlowCluster) -> None:
+    """rpm = 120: one call admitted every 0.5 s across all of the tenant's runs (the
+    cluster-wide limiter, zero burst), whatever the model allows."""
+    warm = cluster.book.script("caps: warm-up", [reply_text("w")], synthesis=reply_text("w"))
+    cluster.d.submit(RunRequest(query=warm), tenant="other").result(timeout=30)
+    qs = [cluster.book.script(f"caps: metered {n}", [reply_text(f"m{n}")], synthesis=reply_text("ok"))
+          for n in range(3)]
+    handles = [cluster.d.submit(RunRequest(query=q), tenant="metered") for q in qs]
+    assert all(h.result(timeout=60)["status"] == "succeeded" for h in handles)
+    times = sorted(r.received_at for r in cluster.server.requests
+                   if any(q in first_user_text(r.body) for q in qs))
+    assert len(times) == 6
+    # Six calls paced 0.5 s apart span 2.5 s (a loaded machine may bunch their arrivals a
+    # little: the pace is of admissions).
+    assert times[-1] - times[0] >= 1.8, times
+    assert int(cluster.r.hget("reactq:flow:{tenant:metered}", "calls") or 0) == 6
