@@ -1,6 +1,7 @@
 """Webhook delivery logs: ``GET /v1/runs/{id}/webhooks``, ``/v1/dags/{id}/webhooks``,
 ``/v1/batches/{id}/webhooks`` → ``{deliveries: [{webhook_id, type, status, attempts,
-last_status_code, next_attempt_at, last_error}]}`` oldest first; 404 for an unknown owner."""
+last_status_code, next_attempt_at, last_error}]}`` oldest first; 404 for an unknown owner or
+another tenant's (scope ``runs:read``, like the owner's own route)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from reactq.dispatcher.http.errors import not_found
-from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
+from reactq.dispatcher.http.auth import BatchRead, DagRead, RunRead
+from reactq.dispatcher.http.gateway import Gateway, GatewayDep
 from reactq.shared.stores.webhooks import WebhookStore
 
 router = APIRouter(tags=["webhooks"])
@@ -40,18 +42,18 @@ def _list(gw: Gateway, kind: str, owner_id: str) -> Any:
 
 
 @router.get("/v1/runs/{run_id}/webhooks", response_model=Deliveries)
-def run_webhooks(run_id: IdPath, gw: GatewayDep) -> Any:
+def run_webhooks(run_id: RunRead, gw: GatewayDep) -> Any:
     """The run's webhook messages (``run.done``, ``approval.requested``) and their delivery."""
     return _list(gw, "run", run_id)
 
 
 @router.get("/v1/dags/{dag_id}/webhooks", response_model=Deliveries)
-def dag_webhooks(dag_id: IdPath, gw: GatewayDep) -> Any:
+def dag_webhooks(dag_id: DagRead, gw: GatewayDep) -> Any:
     """The DAG's ``dag.done`` message and its delivery."""
     return _list(gw, "dag", dag_id)
 
 
 @router.get("/v1/batches/{batch_id}/webhooks", response_model=Deliveries)
-def batch_webhooks(batch_id: IdPath, gw: GatewayDep) -> Any:
+def batch_webhooks(batch_id: BatchRead, gw: GatewayDep) -> Any:
     """The batch's ``batch.done`` message and its delivery."""
     return _list(gw, "batch", batch_id)
