@@ -45,6 +45,7 @@ from reactq.shared.webhooks import (
 )
 from reactq.shared.wire import WEBHOOK, WEBHOOKS_QUEUE
 from reactq.shared.stores.due import Member
+from reactq.workers.app import app
 from reactq.workers.recovery.watchdog import DueWatchdog, Handler
 from reactq.workers.runtime import Runtime
 
@@ -92,6 +93,23 @@ def enqueue_webhook(rt: Runtime, msg_type: str, data: dict[str, Any], *, webhook
     st.arm(wid)
     send(WEBHOOK, [wid], WEBHOOKS_QUEUE)
     return wid
+
+
+def approval_requested(rt: Runtime, run_id: str, approval: dict[str, Any]) -> None:
+    """Send ``approval.requested`` for a new approval of ``run_id`` when the run's webhook
+    asks for it. Never raises: a message that cannot be made costs the message, not the call."""
+    try:
+        raw = store(rt).owner_fields("run", run_id, ("request",))["request"]
+        hook = json.loads(raw).get("webhook") if raw else None
+        if hook is not None:
+            enqueue_webhook(rt, APPROVAL_TYPE, dict(approval), webhook=hook, owner=("run", run_id),
+                            key=str(approval["approval_id"]), send=_send)
+    except Exception:
+        log.exception("run %s: the approval.requested webhook was not made", run_id)
+
+
+def _send(task: str, args: list[Any], queue: str) -> None:
+    app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}")
 
 
 def wants_done(rt: Runtime, kind: str, owner_id: str) -> bool:
