@@ -23,7 +23,7 @@ from reactq.shared.settings import Settings
 from reactq.shared.stores.webhooks import WebhookStore
 from tests.integration.conftest import Backend, LLMFixture, Worker, WorkerFactory
 from tests.integration.test_dag import registry_file, script_dag, script_step
-from tests.scripted_server import reply_text
+from tests.scripted_server import reply_text, reply_tool_calls
 from tests.webhook_receiver import SECRET, Plan, Receiver, signature_ok
 
 pytestmark = pytest.mark.integration
@@ -319,3 +319,23 @@ def test_enqueue_webhook_sends_approval_requested_only_when_asked(hooked: Hooked
     assert signature_ok(got) and got.json["type"] == "approval.requested" and got.json["data"] == data
     [d] = hooked.deliveries("run", "r-approval", until="delivered")
     assert (d["webhook_id"], d["type"]) == ("msg_approval_ap1", "approval.requested")
+
+
+def test_a_call_waiting_for_a_person_sends_approval_requested_then_the_run_sends_run_done(
+        hooked: Hooked, llm: LLMFixture) -> None:
+    path = f"/ask-{uuid.uuid4().hex[:6]}"
+    url = hooked.receiver.plan(path, [Plan(200)])
+    q = llm.script(llm.unique("webhook approval"), [reply_tool_calls([("t1", "transfer", {"tag": "hook", "amount": 5})]),
+                                                     reply_text("all done")], synthesis=reply_text("synthesized"))
+    h = hooked.d.submit(RunRequest(query=q, completion_check=False,
+                                   webhook={"url": url, "events": ["done", "approval.requested"]}))
+    [asked] = hooked.receiver.wait(path, 1)
+    msg = asked.json
+    assert signature_ok(asked) and msg["type"] == "approval.requested"
+    assert (msg["data"]["run_id"], msg["data"]["tool_name"], msg["data"]["status"]) == (h.run_id, "transfer", "pending")
+    assert asked.headers["webhook-id"] == f"msg_approval_{msg['data']['approval_id']}"
+    h.cancel()
+    done = hooked.receiver.wait(path, 2)[1]
+    assert done.json["type"] == "run.done" and done.json["data"]["status"] == "cancelled"
+    types = {d["type"] for d in hooked.deliveries("run", h.run_id)}
+    assert types == {"approval.requested", "run.done"}
