@@ -12,33 +12,16 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Path
-from pydantic import BaseModel, ConfigDict, Field
 
 from reactq.dispatcher.http.auth import need
-from reactq.dispatcher.http.errors import field_error, not_found
+from reactq.dispatcher.http.errors import field_error, not_found, responses
 from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.shared.api.keys import KEY_ID_PATTERN, KeyCreated, KeyIn, KeyList, KeyRevoked
 from reactq.shared.stores.keys import ApiKeyStore
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["keys"], dependencies=[need("admin")])
-
-
-class KeyIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    tenant: str = Field(..., min_length=1, max_length=63)
-    scopes: list[str] = Field(..., min_length=1, max_length=7)
-    name: str | None = Field(None, max_length=200)
-
-
-class KeyCreated(BaseModel):
-    key_id: str
-    key: str
-    tenant: str
-    scopes: list[str]
-    name: str | None
-    created_at: float
 
 
 def _store(gw: Any) -> ApiKeyStore:
@@ -55,14 +38,14 @@ async def create_key(body: KeyIn, gw: GatewayDep) -> Any:
         return field_error(field if field in ("tenant", "scopes", "name") else None, str(exc))
 
 
-@router.get("/v1/keys")
+@router.get("/v1/keys", response_model=KeyList)
 async def list_keys(gw: GatewayDep) -> Any:
     """Every key, without its secret."""
     return {"keys": await asyncio.to_thread(_store(gw).list)}
 
 
-@router.delete("/v1/keys/{key_id}")
-async def revoke_key(gw: GatewayDep, key_id: str = Path(..., pattern=r"^key_[0-9a-f]{16}$")) -> Any:
+@router.delete("/v1/keys/{key_id}", response_model=KeyRevoked, responses=responses(404))
+async def revoke_key(gw: GatewayDep, key_id: str = Path(..., pattern=KEY_ID_PATTERN)) -> Any:
     """Revoke: the key is refused (401) within a second everywhere."""
     if not await asyncio.to_thread(_store(gw).revoke, key_id):
         return not_found(f"no API key with id {key_id!r}")

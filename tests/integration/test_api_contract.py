@@ -46,6 +46,7 @@ from reactq.shared.api import (
 )
 from reactq.shared.api.approvals import ApprovalPage, Decided, RunApprovals
 from reactq.shared.api.errors import ERROR_CODES
+from reactq.shared.api.keys import KeyCreated, KeyList, KeyRevoked
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.ops import FlowModels
 from tests.integration.conftest import worker_env
@@ -200,6 +201,12 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
     check("POST", "/v1/schedules/{schedule_id}/trigger", Triggered, 202, f"/v1/schedules/{sid}/trigger")
     check("DELETE", "/v1/schedules/{schedule_id}", None, 204, f"/v1/schedules/{sid}")
 
+    key: KeyCreated = check("POST", "/v1/keys", KeyCreated, 201,
+                            json={"tenant": "contract", "scopes": ["runs:read"], "name": "contract"})
+    keys: KeyList = check("GET", "/v1/keys", KeyList, 200)
+    assert key.key_id in [k.key_id for k in keys.keys] and key.key.startswith("rq_")
+    check("DELETE", "/v1/keys/{key_id}", KeyRevoked, 200, f"/v1/keys/{key.key_id}")
+
     check("GET", "/healthz", Health, 200)
     check("GET", "/readyz", Readiness, 200)
     check("GET", "/metrics", None, 200)
@@ -255,7 +262,8 @@ def test_the_error_corpus_answers_one_shape(api: httpx.Client, gateway: Gateway,
                     calls += 1
                 # A body every route of the id accepts (an interrupt's, or a change of nothing).
                 body = {} if method == "patch" else {"content": "x"}
-                res = api.request(method, _path(template, "nope"), json=body)
+                unknown = "key_0000000000000000" if "{key_id}" in template else "nope"  # ids of their own shape
+                res = api.request(method, _path(template, unknown), json=body)
                 assert res.status_code == 404, (method, template, res.text[:200])
                 assert_error_shape(res, spec, method, template)
                 calls += 1
@@ -268,18 +276,20 @@ def test_the_error_corpus_answers_one_shape(api: httpx.Client, gateway: Gateway,
                     res = api.post(path, content=content, headers={"content-type": ctype})
                     assert_error_shape(res, spec, method, template)
                     calls += 1
-    # Query strings: bad filters, cursors and SSE positions.
+    # Query strings: bad filters, cursors and SSE positions (of a run that exists: an unknown
+    # run's stream is a 404 before its position is read).
+    rid = api.post("/v1/runs", json={"query": "corpus run"}).json()["run_id"]
     for path, params in (("/v1/runs", {"status": "nope"}), ("/v1/runs", {"limit": 0}),
                          ("/v1/runs", {"cursor": "%%%"}), ("/v1/dags", {"status": "nope"}),
                          ("/v1/dags", {"cursor": "!!"}), ("/v1/batches", {"limit": 501}),
-                         ("/v1/runs/nope/events", {"after": "bogus"})):
+                         (f"/v1/runs/{rid}/events", {"after": "bogus"})):
         res = api.get(path, params=params)
         assert res.status_code == 422, (path, params, res.text[:200])
-        template = path.replace("nope", "{run_id}")
+        template = path.replace(rid, "{run_id}")
         assert_error_shape(res, spec, "get", template)
         assert res.json()["error"]["field"] in params
         calls += 1
-    res = api.get("/v1/runs/nope/events", headers={"Last-Event-ID": "x"})
+    res = api.get(f"/v1/runs/{rid}/events", headers={"Last-Event-ID": "x"})
     assert res.status_code == 422 and res.json()["error"]["field"] == "last-event-id"
     # A route or method that does not exist: the same shape.
     for method, path, status in (("GET", "/v1/nothing", 404), ("DELETE", "/v1/runs", 405), ("GET", "/v1/runs/", 404)):
