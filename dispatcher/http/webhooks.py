@@ -8,52 +8,36 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 
-from reactq.dispatcher.http.errors import not_found
+from reactq.dispatcher.http.errors import not_found, responses
 from reactq.dispatcher.http.auth import BatchRead, DagRead, RunRead
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
+from reactq.shared.api.webhooks import Deliveries, Delivery
 from reactq.shared.stores.webhooks import WebhookStore
 
 router = APIRouter(tags=["webhooks"])
-
-
-class DeliveryOut(BaseModel):
-    webhook_id: str
-    type: str
-    status: str
-    """pending, delivered or failed."""
-    attempts: int
-    last_status_code: int | None
-    next_attempt_at: float | None
-    """When the next attempt is due (epoch seconds) while a retry waits."""
-    last_error: str | None = None
-
-
-class Deliveries(BaseModel):
-    deliveries: list[DeliveryOut]
 
 
 def _list(gw: Gateway, kind: str, owner_id: str) -> Any:
     store = WebhookStore(gw.dispatcher.redis, gw.keys, ttl_seconds=gw.settings.run_ttl_seconds)
     if not store.owner_exists(kind, owner_id):
         return not_found(f"no {kind} with id {owner_id!r} (it may have expired)")
-    return Deliveries(deliveries=[DeliveryOut(**d) for d in store.list_for(kind, owner_id)])
+    return Deliveries(deliveries=[Delivery.model_validate(d) for d in store.list_for(kind, owner_id)])
 
 
-@router.get("/v1/runs/{run_id}/webhooks", response_model=Deliveries)
+@router.get("/v1/runs/{run_id}/webhooks", response_model=Deliveries, responses=responses(404))
 def run_webhooks(run_id: RunRead, gw: GatewayDep) -> Any:
     """The run's webhook messages (``run.done``, ``approval.requested``) and their delivery."""
     return _list(gw, "run", run_id)
 
 
-@router.get("/v1/dags/{dag_id}/webhooks", response_model=Deliveries)
+@router.get("/v1/dags/{dag_id}/webhooks", response_model=Deliveries, responses=responses(404))
 def dag_webhooks(dag_id: DagRead, gw: GatewayDep) -> Any:
     """The DAG's ``dag.done`` message and its delivery."""
     return _list(gw, "dag", dag_id)
 
 
-@router.get("/v1/batches/{batch_id}/webhooks", response_model=Deliveries)
+@router.get("/v1/batches/{batch_id}/webhooks", response_model=Deliveries, responses=responses(404))
 def batch_webhooks(batch_id: BatchRead, gw: GatewayDep) -> Any:
     """The batch's ``batch.done`` message and its delivery."""
     return _list(gw, "batch", batch_id)

@@ -49,6 +49,7 @@ from reactq.shared.api.errors import ERROR_CODES
 from reactq.shared.api.keys import KeyCreated, KeyList, KeyRevoked
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.ops import FlowModels
+from reactq.shared.api.webhooks import Deliveries
 from tests.integration.conftest import worker_env
 from tests.integration.test_gateway import Gateway, read_sse, start_gateway, stop_gateway
 from tests.scripted_server import reply_text, reply_tool_calls
@@ -170,6 +171,9 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
     running = check("POST", "/v1/batches", BatchCreated, 202,
                     json={"requests": [{"query": slow}], "concurrency": 1})
     check("POST", "/v1/batches/{batch_id}/cancel", BatchCancelling, 202, f"/v1/batches/{running.batch_id}/cancel")
+    check("GET", "/v1/runs/{run_id}/webhooks", Deliveries, 200, f"/v1/runs/{rid}/webhooks")
+    check("GET", "/v1/dags/{dag_id}/webhooks", Deliveries, 200, f"/v1/dags/{dag.dag_id}/webhooks")
+    check("GET", "/v1/batches/{batch_id}/webhooks", Deliveries, 200, f"/v1/batches/{batch.batch_id}/webhooks")
 
     # A run whose call waits for a person: its approvals, the inbox, a decision, a second one.
     aq = llm.script(llm.unique("contract approval"), [reply_tool_calls([("a1", "add", {"a": 1, "b": 1})]),
