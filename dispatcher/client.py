@@ -32,6 +32,7 @@ from reactq.shared.settings import Settings
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 from reactq.shared.stores.idempotency import idempotent_id
 
@@ -228,6 +229,7 @@ class Dispatcher:
         check_run_request(req, tools=tools, models=models)
         if req.cost_budget_usd is not None:
             check_priced("cost_budget_usd", req.model, self.model_specs())
+        check_webhook(req.webhook, self.settings)
         return req
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,

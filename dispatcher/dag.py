@@ -31,6 +31,7 @@ from reactq.shared.errors import RequestError, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.requests import DagRequest, check_names
 from reactq.shared.settings import Settings
+from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import DAG_ADVANCE, DAG_START
 from reactq.shared.stores.idempotency import idempotent_id
 from reactq.shared.tenancy import DEFAULT_TENANT
@@ -138,6 +139,7 @@ class DagDispatcher:
         if req.model is not None:
             check_names("model", [req.model], models, "model")
         check_plan(req, max_steps=self.config.max_steps)
+        check_webhook(req.webhook, self.settings)
         return req
 
     def submit(self, request: DagRequest | dict[str, Any], *, dag_id: str | None = None,

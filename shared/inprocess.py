@@ -78,6 +78,7 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     state.output_schema = request.output_schema
     if request.approval is not None:
         state.approval = request.approval.model_dump(mode="json")
+    state.webhook_on_done = request.webhook is not None and request.webhook.wants("done")
     return state
 
 

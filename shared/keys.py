@@ -47,6 +47,12 @@ its id and the run's Lua scripts touch one slot, on one shard.
 |   the indexes behind ``GET /v1/dags`` and ``GET /v1/batches`` (``shared/stores/listing.py``),
 |   written before the object; members whose hash expired are dropped by the listing
 | ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
+| ``webhook:{webhook_id}``          | hash   | workers (deliveries)  | ``run_ttl`` once final      |
+|   fields: webhook_id, type, url, owner_kind, owner_id, body, status, attempts,
+|   last_status_code, last_error, next_attempt_at, created_at, updated_at; due member
+|   ``webhook:<webhook_id>`` while it is pending (``shared/stores/webhooks.py``)
+| ``run:{id}:webhooks`` (``dag:``, ``batch:``) | zset | workers, gateway | ``run_ttl``     |
+|   the owner's deliveries: webhook_id → created_at
 | ``thread:{tid}``                  | hash   | dispatcher, workers   | ``run_ttl`` once idle       |
 |   fields: active (run id), stop:<run id> (interrupt|rollback), updated_at
 | ``thread:{tid}:runs``             | list   | dispatcher            | with the thread (JSON {run_id, query, created_at}) |
@@ -268,6 +274,14 @@ class Keys:
             inner = key[len(head):-1]
             return inner if "}" not in inner and "{" not in inner else None
         return None
+
+    # -- webhooks -----------------------------------------------------------------------
+    def webhook(self, webhook_id: str) -> str:
+        return f"{self.prefix}webhook:{{{webhook_id}}}"
+
+    def owner_webhooks(self, kind: str, owner_id: str) -> str:
+        """The deliveries of one run, DAG or batch (in the owner's slot)."""
+        return f"{self.prefix}{kind}:{{{owner_id}}}:webhooks"
 
     def thread(self, thread_id: str) -> str:
         return f"{self.prefix}thread:{{{thread_id}}}"

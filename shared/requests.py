@@ -22,6 +22,34 @@ ModelHint = Literal["fast", "reasoning"]
 Priority = Literal["interactive", "batch"]
 
 
+WebhookEvent = Literal["done", "approval.requested"]
+
+
+def _done_only() -> list[WebhookEvent]:
+    return ["done"]
+
+
+class WebhookSpec(BaseModel):
+    """Where to POST the signed message when the run, DAG or batch ends (``events``:
+    ``done``, and ``approval.requested`` when a call waits for a person)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(..., min_length=1, max_length=2048)
+    events: list[WebhookEvent] = Field(default_factory=_done_only, min_length=1, max_length=2)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, v: str) -> str:
+        scheme, sep, rest = v.partition("://")
+        if not sep or scheme.lower() not in ("http", "https") or not rest.split("/", 1)[0]:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return v
+
+    def wants(self, event: str) -> bool:
+        return event in self.events
+
+
 class RunRequest(BaseModel):
     """One agent run."""
 
@@ -64,6 +92,8 @@ class RunRequest(BaseModel):
     model must have a price (else 422 at the door)."""
     output_schema: dict[str, Any] | None = None
     """A JSON Schema (draft 2020-12, at most 64 KB): the answer is then JSON valid against it."""
+    webhook: WebhookSpec | None = None
+    """POST a signed ``run.done`` message to this URL when the run ends."""
 
     @field_validator("output_schema")
     @classmethod
@@ -120,6 +150,8 @@ class DagRequest(BaseModel):
     """A retry with the same key answers the first DAG instead of a new one."""
     output_schema: dict[str, Any] | None = None
     """A JSON Schema (as for runs) for the DAG's final answer."""
+    webhook: WebhookSpec | None = None
+    """POST a signed ``dag.done`` message to this URL when the DAG ends."""
 
     @field_validator("output_schema")
     @classmethod

@@ -220,6 +220,15 @@ class Settings(BaseSettings):
     """celery-redbeat's lock TTL: a standby takes over within about this plus the loop interval."""
     scheduler_loop_s: float = Field(1.0, gt=0, le=60)
     """The beat's longest sleep (``beat_max_loop_interval``); also how often a standby tries the lock."""
+    # Webhooks (reactq.shared.webhooks): signing secret, retries, the SSRF guard's allowlist.
+    webhook_secret: SecretStr | None = None
+    """``whsec_<base64>``: the Standard Webhooks signing key (``REACTQ_WEBHOOK_SECRET``)."""
+    webhook_allow: str = ""
+    """Hosts, ``host:port``s or CIDRs a webhook may reach past the SSRF guard."""
+    webhook_max_attempts: int = Field(8, ge=1, le=100)
+    webhook_backoff_s: float = Field(1.0, gt=0, le=300)
+    """Retry n waits this × 2^(n-1) seconds, capped at 300 s."""
+    webhook_timeout_s: float = Field(10.0, gt=0, le=300)
 
     @property
     def due_seconds(self) -> float:

@@ -21,11 +21,17 @@ from reactq.shared.settings import Settings
 
 RUNS_QUEUE = "reactq.runs"
 TOOLS_QUEUE = "reactq.tools"
+#: Webhook deliveries: their own queue, so a slow receiver never holds a run's worker slot.
+WEBHOOKS_QUEUE = "reactq.webhooks"
 
 # -- a run's tasks ---------------------------------------------------------------------------
 ITERATE = "reactq.iterate"
 TOOL = "reactq.tool"
 ANSWER = "reactq.answer"
+
+# -- webhooks -------------------------------------------------------------------------------
+#: One delivery attempt of one webhook message (args: webhook_id); see ``workers/webhooks.py``.
+WEBHOOK = "reactq.webhook"
 
 # -- a DAG's tasks ---------------------------------------------------------------------------
 DAG_START = "reactq.dag.start"
@@ -64,8 +70,9 @@ def queues(url: str) -> tuple[Queue, ...]:
     were declared without it deletes them once (``rabbitmqctl delete_queue``) when upgrading."""
     if _amqp(url):
         args = {"x-max-priority": AMQP_MAX_PRIORITY}
-        return (Queue(RUNS_QUEUE, queue_arguments=args), Queue(TOOLS_QUEUE, queue_arguments=args))
-    return (Queue(RUNS_QUEUE), Queue(TOOLS_QUEUE))
+        return (Queue(RUNS_QUEUE, queue_arguments=args), Queue(TOOLS_QUEUE, queue_arguments=args),
+                Queue(WEBHOOKS_QUEUE))
+    return (Queue(RUNS_QUEUE), Queue(TOOLS_QUEUE), Queue(WEBHOOKS_QUEUE))
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
@@ -88,7 +95,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         task_send_sent_event=True,
         task_queues=queues(url),
         task_default_queue=RUNS_QUEUE,
-        task_routes={TOOL: {"queue": TOOLS_QUEUE}},
+        task_routes={TOOL: {"queue": TOOLS_QUEUE}, WEBHOOK: {"queue": WEBHOOKS_QUEUE}},
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout,
             # kombu restores unacked messages lazily; check every second so that a

@@ -4,7 +4,8 @@
 * ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose worker dies is
   delivered again. ``worker_prefetch_multiplier=1``: a worker holds no more than it runs.
 * Task events on (``worker_send_task_events``, ``task_send_sent_event``) for Flower.
-* Queues ``reactq.runs`` (iterate, answer, dag) and ``reactq.tools`` (tool calls).
+* Queues ``reactq.runs`` (iterate, answer, dag), ``reactq.tools`` (tool calls) and
+  ``reactq.webhooks`` (webhook deliveries, ``workers/webhooks.py``).
 * ``visibility_timeout`` (``REACTQ_VISIBILITY_TIMEOUT``, default 3600 s) is deliberately
   longer than any step may take, so the broker never re-delivers a step that is still
   running. Crash recovery does not wait for it: every commit records what is due next

@@ -19,6 +19,9 @@ from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import batch_index
+from reactq.shared.stores.webhooks import Delivery, WebhookStore
+from reactq.shared.webhooks import body, webhook_id
+from reactq.shared.wire import WEBHOOK, WEBHOOKS_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,8 @@ class BatchStore:
         self.ttl = ttl_seconds
 
     def create(self, items: list[BatchItem], concurrency: int, token_budget: int | None = None, *,
-               tenant: str = DEFAULT_TENANT, cost_budget_usd: float | None = None) -> str:
+               tenant: str = DEFAULT_TENANT, cost_budget_usd: float | None = None,
+               webhook: dict[str, Any] | None = None) -> str:
         batch_id = uuid.uuid4().hex
         now = f"{time.time():.6f}"
         batch_index(self.r, self.keys, self.ttl).add(batch_id, float(now))  # before the batch
@@ -48,8 +52,13 @@ class BatchStore:
             **({"cost_budget_usd": repr(cost_budget_usd)} if cost_budget_usd is not None else {}),
             "items": json.dumps([it.to_dict() for it in items], ensure_ascii=False),
             **({"token_budget": token_budget} if token_budget is not None else {}),
+            **({"webhook": json.dumps(webhook)} if webhook is not None else {}),
         })
         return batch_id
+
+    def webhook(self, batch_id: str) -> dict[str, Any] | None:
+        raw = self.r.hget(self.keys.batch(batch_id), "webhook")
+        return json.loads(raw) if raw else None
 
     def tenant(self, batch_id: str) -> str:
         return owner_of(self.r.hget(self.keys.batch(batch_id), "tenant"))
@@ -179,8 +188,31 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
         return
     if stop.is_set():
         store.release(batch_id)  # let another gateway resume it now, not in LEASE_MS
-    else:
-        store.finish(batch_id, driver.tally.stopped)
+        return
+    hook = batch_webhook(dispatcher, store, batch_id, driver.tally)
+    store.finish(batch_id, driver.tally.stopped)
+    if hook is not None:
+        dispatcher.send(WEBHOOK, [hook], WEBHOOKS_QUEUE)
+
+
+def batch_webhook(dispatcher: Any, store: BatchStore, batch_id: str, tally: Tally) -> str | None:
+    """Store and arm the batch's ``batch.done`` message before its terminal write (a crash
+    after it leaves the message due); returns its id, or None without a webhook."""
+    spec = store.webhook(batch_id)
+    if spec is None or "done" not in (spec.get("events") or ["done"]):
+        return None
+    view = store.view(batch_id, with_results=False) or {}
+    counts = {k: view.get(k) for k in ("total", "done", "succeeded", "failed", "invalid")}
+    data = {"batch_id": batch_id, "status": "cancelled" if tally.stopped == "cancelled" else "done",
+            "answer": None, "output": None, "usage": {"total_tokens": view.get("tokens", tally.tokens)},
+            **counts, "skipped": tally.skipped, "stopped": tally.stopped}
+    wid = webhook_id("batch", batch_id)
+    s = dispatcher.settings
+    hooks = WebhookStore(store.r, store.keys, ttl_seconds=s.run_ttl_seconds, due_seconds=s.due_seconds)
+    hooks.create(Delivery(webhook_id=wid, type="batch.done", url=spec["url"], owner_kind="batch",
+                          owner_id=batch_id, body=body("batch.done", data, time.time())))
+    hooks.arm(wid)
+    return wid
 
 
 def holder_name() -> str:

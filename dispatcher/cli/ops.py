@@ -42,7 +42,7 @@ def serve(
 
 def worker(
     ctx: typer.Context,
-    queues: str = typer.Option("reactq.runs,reactq.tools", "--queues", "-Q", help="queues to consume"),
+    queues: str = typer.Option("reactq.runs,reactq.tools,reactq.webhooks", "--queues", "-Q", help="queues to consume"),
     pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="tasks at once (threads)"),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),

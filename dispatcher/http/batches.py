@@ -24,8 +24,9 @@ from reactq.dispatcher.http.middleware import LINE_TYPES
 from reactq.shared.errors import RequestError
 from reactq.shared.inputs import decode_utf8
 from reactq.shared.api.dags import BatchCreated, BatchPage, BatchStatus, BatchStatusName
-from reactq.shared.requests import RunRequest, check_priced
+from reactq.shared.requests import RunRequest, WebhookSpec, check_priced
 from reactq.shared.stores.listing import batch_index, batch_row
+from reactq.dispatcher.webhooks import check_webhook
 
 router = APIRouter(tags=["batches"])
 
@@ -45,6 +46,8 @@ class BatchIn(BaseModel):
     """The batch's cap on tokens: lines not started once it is reached end ``skipped``."""
     cost_budget_usd: float | None = Field(None, gt=0, le=1_000_000)
     """The batch's cap in dollars on its runs' spend (every line's model must have a price)."""
+    webhook: WebhookSpec | None = None
+    """POST a signed ``batch.done`` message here when the batch ends."""
 
 
 @router.post("/v1/batches", status_code=202, response_model=BatchCreated,
@@ -65,7 +68,12 @@ async def create_batch(request: Request, gw: GatewayDep, caller: Annotated[Calle
     parsed = await asyncio.to_thread(parse_batch, raw, ctype in JSONL_TYPES, d.validate)
     if isinstance(parsed, JSONResponse):
         return parsed
-    items, body_concurrency, body_budget, body_cost = parsed
+    items, body_concurrency, body_budget, body_cost, webhook = parsed
+    if webhook is not None:
+        try:
+            await asyncio.to_thread(check_webhook, webhook, gw.settings)
+        except RequestError as exc:
+            return field_error(exc.field, str(exc))
     concurrency = body_concurrency or concurrency
     cost_cap = body_cost or cost_budget_usd
     items = mark_duplicates(items)
@@ -73,7 +81,8 @@ async def create_batch(request: Request, gw: GatewayDep, caller: Annotated[Calle
         return refused
     store = gw.batches
     batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget,
-                                       tenant=caller.tenant, cost_budget_usd=cost_cap)
+                                       tenant=caller.tenant, cost_budget_usd=cost_cap,
+                                       webhook=webhook.model_dump(mode="json") if webhook else None)
     await asyncio.to_thread(store.claim, batch_id, gw.holder)
     gw.start_batch(batch_id)
     return {"batch_id": batch_id, "status_url": f"/v1/batches/{batch_id}", "total": len(items),
@@ -119,19 +128,19 @@ def _unpriced(d: Any, items: list[Any]) -> JSONResponse | None:
 
 
 def parse_batch(raw: bytes, jsonl: bool, validate: Callable[[RunRequest], object]) -> Any:
-    """A batch body → (items, concurrency, token budget and dollar budget from the body or
-    None), or a 422."""
+    """A batch body → (items, concurrency, token budget, dollar budget and webhook from the body
+    or None), or a 422."""
     if jsonl:
         try:
             lines = decode_utf8(raw).splitlines()
         except RequestError as exc:
             return field_error(None, f"the JSONL body {exc}")
         items = [parse_text(t, n, validate) for n, t in enumerate(lines, 1) if t.strip()]
-        return (items, None, None, None) if items else field_error(None, "the JSONL body has no lines")
+        return (items, None, None, None, None) if items else field_error(None, "the JSONL body has no lines")
     try:
         body = BatchIn.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]) from exc
     return ([parse_obj(obj, n, validate) for n, obj in enumerate(body.requests, 1)], body.concurrency,
-            body.token_budget, body.cost_budget_usd)
+            body.token_budget, body.cost_budget_usd, body.webhook)

@@ -42,14 +42,14 @@ from reactq.shared.stores.metrics_schema import FAMILIES, INFLIGHT, Family, buck
 from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings
-from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE, celery_config
+from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE, WEBHOOKS_QUEUE, celery_config
 
 #: prometheus_client's float formatting for bucket bounds (untyped upstream).
 _go_float = cast(Callable[[float], str], floatToGoString)
 
 log = logging.getLogger(__name__)
 
-QUEUES = (RUNS_QUEUE, TOOLS_QUEUE)
+QUEUES = (RUNS_QUEUE, TOOLS_QUEUE, WEBHOOKS_QUEUE)
 #: kombu's Redis transport: ``queue<sep><priority>`` for the non-zero priority steps.
 KOMBU_PRIORITY_SEP = "\x06\x16"
 KOMBU_PRIORITY_STEPS = (3, 6, 9)

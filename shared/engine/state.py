@@ -146,6 +146,8 @@ class RunState(BaseModel):
     """The failed attempts and the validator's errors, which the next attempt sees."""
     answer_guarded: bool = False
     """An ANSWER guardrail checks the answer: no unchecked text ends up in ``done``."""
+    webhook_on_done: bool = False
+    """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
 
 
 _ADAPTER = TypeAdapter(RunState)

@@ -16,6 +16,9 @@ due, so no crash can fall between "the step is saved" and "the next one is cover
   Written by the request, removed by the decision (``shared/stores/approvals.py``).
 * ``dag:{dag_id}``: the DAG's next driving message. Written by ``DagStore.create`` and every
   non-terminal DAG commit (executing: after the next tick); removed by the terminal one.
+* ``webhook:{webhook_id}``: a webhook message not yet delivered (or given up). Armed with
+  the terminal write of the run, DAG or batch it reports; scored at the next attempt's time
+  while a retry waits; removed once delivered or failed (``shared/stores/webhooks.py``).
 
 Watchdogs (``reactq.workers.recovery.watchdog``) resend a member whose deadline passed and whose lease
 is not held; a task that holds its lease pushes nothing, the watchdog just looks again
@@ -52,7 +55,7 @@ def dag_member(dag_id: str) -> str:
 
 @dataclass(frozen=True)
 class Member:
-    """A parsed due member: ``kind`` is run, tool or dag; ``call_id`` only for tools."""
+    """A parsed due member: ``kind`` is run, tool, dag or webhook; ``call_id`` only for tools."""
 
     kind: str
     owner: str
@@ -65,7 +68,7 @@ def parse_member(member: str) -> Member | None:
     if kind in ("tool", "approval"):
         run_id, sep, call_id = rest.partition(":")
         return Member(kind, run_id, call_id) if sep and run_id and call_id else None
-    if kind in ("run", "dag") and rest:
+    if kind in ("run", "dag", "webhook") and rest:
         return Member(kind, rest)
     return None
 

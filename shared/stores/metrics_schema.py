@@ -74,6 +74,14 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     # guardrails (hooks at run_start and answer): a block or a rewrite
     Family("guardrail_trips", "counter", "Guardrails that blocked a run or rewrote its answer.",
            ("guardrail", "point")),
+    # webhooks (reactq.workers.webhooks)
+    Family("webhook_attempts", "counter",
+           "Webhook delivery attempts, by message type and outcome (delivered, retry, final, refused).",
+           ("type", "outcome")),
+    Family("webhook_deliveries", "counter", "Webhook messages that reached a final status.",
+           ("type", "status")),
+    Family("webhook_attempt_seconds", "histogram", "One webhook delivery attempt, connect to answer.",
+           ("type",), _TOOL_BUCKETS),
 )}
 
 

@@ -20,13 +20,12 @@ import re
 from html.parser import HTMLParser
 from typing import Literal
 
-import httpcore2
 import httpx2
 from pydantic import BaseModel, Field
 
 from reactq.shared.errors import ToolError
 from reactq.shared.tools.base import Tool
-from reactq.shared.tools.netguard import Allowlist, FetchRefused, GuardedBackend
+from reactq.shared.tools.netguard import Allowlist, FetchRefused, guarded_transport
 
 __all__ = ["html_to_text", "http_fetch_tool"]
 
@@ -99,11 +98,7 @@ def http_fetch_tool(*, allow: str = "", max_bytes: int = 2_000_000, timeout: flo
 
 
 async def _fetch(url: str, method: str, allow: Allowlist, max_bytes: int) -> str:
-    transport = httpx2.AsyncHTTPTransport(trust_env=False)
-    # httpx2's transport has no network_backend argument; the pool it builds does.
-    transport._pool = httpcore2.AsyncConnectionPool(  # noqa: SLF001
-        ssl_context=httpx2.create_ssl_context(), network_backend=GuardedBackend(allow))
-    async with httpx2.AsyncClient(transport=transport, trust_env=False, follow_redirects=False,
+    async with httpx2.AsyncClient(transport=guarded_transport(allow), trust_env=False, follow_redirects=False,
                                   headers={"User-Agent": "reactq-http-fetch/1"}) as client:
         current = _check_url(url)
         for _ in range(MAX_REDIRECTS + 1):

@@ -18,18 +18,22 @@ resolved address.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
+import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import httpcore2
+import httpx2
 
 from reactq.shared.errors import ToolError
 
-__all__ = ["Allowlist", "FetchRefused", "GuardedBackend", "address_refusal"]
+__all__ = ["Allowlist", "FetchRefused", "GuardedBackend", "address_refusal", "checked_address_sync",
+           "guarded_transport", "pick_address"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -67,7 +71,7 @@ class Allowlist:
     networks: tuple[IPNetwork, ...] = field(default_factory=tuple)
 
     @classmethod
-    def parse(cls, spec: str | Iterable[str]) -> Allowlist:
+    def parse(cls, spec: str | Iterable[str], setting: str = "REACTQ_HTTP_FETCH_ALLOW") -> Allowlist:
         """``"intranet, 127.0.0.1:8080, 10.0.0.0/8"``; a bad entry is a ValueError naming it."""
         items = spec.split(",") if isinstance(spec, str) else list(spec)
         hosts: set[str] = set()
@@ -80,9 +84,9 @@ class Allowlist:
                 try:
                     nets.append(ipaddress.ip_network(raw, strict=False))
                 except ValueError:
-                    raise ValueError(f"REACTQ_HTTP_FETCH_ALLOW: '{raw}' is not a CIDR") from None
+                    raise ValueError(f"{setting}: '{raw}' is not a CIDR") from None
                 continue
-            host, port = _split_host_port(raw)
+            host, port = _split_host_port(raw, setting)
             if port is None:
                 hosts.add(host)
             else:
@@ -97,7 +101,7 @@ class Allowlist:
         return any(ip in n for n in self.networks if n.version == ip.version)
 
 
-def _split_host_port(raw: str) -> tuple[str, int | None]:
+def _split_host_port(raw: str, setting: str) -> tuple[str, int | None]:
     if raw.startswith("["):  # [::1]:8080
         host, _, rest = raw[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else ""
@@ -106,16 +110,19 @@ def _split_host_port(raw: str) -> tuple[str, int | None]:
     else:
         host, port = raw, ""
     if port and not port.isdigit():
-        raise ValueError(f"REACTQ_HTTP_FETCH_ALLOW: bad port in '{raw}'")
+        raise ValueError(f"{setting}: bad port in '{raw}'")
     return host.lower().rstrip("."), int(port) if port else None
 
 
 class GuardedBackend(httpcore2.AsyncNetworkBackend):
-    """Resolves, checks every address, then connects to the checked one."""
+    """Resolves, checks every address, then connects to the checked one. ``setting`` names
+    the allowlist's variable in the refusal (webhooks have their own)."""
 
-    def __init__(self, allow: Allowlist, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
+    def __init__(self, allow: Allowlist, inner: httpcore2.AsyncNetworkBackend | None = None,
+                 setting: str = "REACTQ_HTTP_FETCH_ALLOW") -> None:
         self.allow = allow
         self.inner = inner or httpcore2.AnyIOBackend()
+        self.setting = setting
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None,
@@ -127,22 +134,52 @@ class GuardedBackend(httpcore2.AsyncNetworkBackend):
 
     async def checked_address(self, host: str, port: int) -> IPAddress:
         """The address to connect to; raises :class:`FetchRefused` if any is refused."""
-        infos = await _resolve(host, port)
-        addresses = list(dict.fromkeys(ipaddress.ip_address(i[4][0].split("%")[0]) for i in infos))
-        if not addresses:
-            raise FetchRefused(f"refused: cannot resolve host '{host}'")
-        if self.allow.allows_host(host, port):
-            return addresses[0]
-        for ip in addresses:
-            why = address_refusal(ip)
-            if why is not None and not self.allow.allows_ip(ip):
-                raise FetchRefused(
-                    f"refused: '{host}' resolves to {ip}, {why} (allow it with "
-                    f"REACTQ_HTTP_FETCH_ALLOW if this deployment needs it)")
-        return addresses[0]
+        return pick_address(host, port, await _resolve(host, port), self.allow, self.setting)
 
     async def sleep(self, seconds: float) -> None:
         await self.inner.sleep(seconds)
+
+
+def guarded_transport(allow: Allowlist, setting: str = "REACTQ_HTTP_FETCH_ALLOW") -> httpx2.AsyncHTTPTransport:
+    """An httpx2 transport whose every connection goes through :class:`GuardedBackend`
+    (environment proxies ignored: a proxy would connect on the caller's behalf, unchecked)."""
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    # httpx2's transport has no network_backend argument; the pool it builds does.
+    transport._pool = httpcore2.AsyncConnectionPool(  # noqa: SLF001
+        ssl_context=_ssl_context(), network_backend=GuardedBackend(allow, setting=setting))
+    return transport
+
+
+@functools.cache
+def _ssl_context() -> ssl.SSLContext:
+    """Built once per process: loading the CA bundle costs a few hundred milliseconds."""
+    return httpx2.create_ssl_context()
+
+
+def pick_address(host: str, port: int, infos: list[Any], allow: Allowlist, setting: str) -> IPAddress:
+    """Of ``getaddrinfo``'s answers for ``host``, the address to connect to; raises
+    :class:`FetchRefused` when there is none or any of them is refused."""
+    addresses = list(dict.fromkeys(ipaddress.ip_address(i[4][0].split("%")[0]) for i in infos))
+    if not addresses:
+        raise FetchRefused(f"refused: cannot resolve host '{host}'")
+    if allow.allows_host(host, port):
+        return addresses[0]
+    for ip in addresses:
+        why = address_refusal(ip)
+        if why is not None and not allow.allows_ip(ip):
+            raise FetchRefused(
+                f"refused: '{host}' resolves to {ip}, {why} (allow it with "
+                f"{setting} if this deployment needs it)")
+    return addresses[0]
+
+
+def checked_address_sync(host: str, port: int, allow: Allowlist, setting: str) -> IPAddress:
+    """``GuardedBackend.checked_address`` for synchronous callers (a check at the door)."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, ValueError, OSError) as exc:
+        raise FetchRefused(f"refused: cannot resolve host '{host}': {exc}") from None
+    return pick_address(host, port, list(infos), allow, setting)
 
 
 async def _resolve(host: str, port: int) -> list[Any]:

@@ -50,6 +50,7 @@ from reactq.shared.api.errors import ERROR_CODES
 from reactq.shared.api.keys import KeyCreated, KeyList, KeyRevoked
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.ops import FlowModels
+from reactq.shared.api.webhooks import Deliveries
 from tests.integration.conftest import worker_env
 from tests.integration.test_gateway import Gateway, read_sse, start_gateway, stop_gateway
 from tests.scripted_server import reply_text, reply_tool_calls
@@ -171,6 +172,9 @@ def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[st
     running = check("POST", "/v1/batches", BatchCreated, 202,
                     json={"requests": [{"query": slow}], "concurrency": 1})
     check("POST", "/v1/batches/{batch_id}/cancel", BatchCancelling, 202, f"/v1/batches/{running.batch_id}/cancel")
+    check("GET", "/v1/runs/{run_id}/webhooks", Deliveries, 200, f"/v1/runs/{rid}/webhooks")
+    check("GET", "/v1/dags/{dag_id}/webhooks", Deliveries, 200, f"/v1/dags/{dag.dag_id}/webhooks")
+    check("GET", "/v1/batches/{batch_id}/webhooks", Deliveries, 200, f"/v1/batches/{batch.batch_id}/webhooks")
 
     # A run whose call waits for a person: its approvals, the inbox, a decision, a second one.
     aq = llm.script(llm.unique("contract approval"), [reply_tool_calls([("a1", "add", {"a": 1, "b": 1})]),
@@ -279,18 +283,20 @@ def test_the_error_corpus_answers_one_shape(api: httpx.Client, gateway: Gateway,
                     res = api.post(path, content=content, headers={"content-type": ctype})
                     assert_error_shape(res, spec, method, template)
                     calls += 1
-    # Query strings: bad filters, cursors and SSE positions.
+    # Query strings: bad filters, cursors and SSE positions (of a run that exists: an unknown
+    # run's stream is a 404 before its position is read).
+    rid = api.post("/v1/runs", json={"query": "corpus run"}).json()["run_id"]
     for path, params in (("/v1/runs", {"status": "nope"}), ("/v1/runs", {"limit": 0}),
                          ("/v1/runs", {"cursor": "%%%"}), ("/v1/dags", {"status": "nope"}),
                          ("/v1/dags", {"cursor": "!!"}), ("/v1/batches", {"limit": 501}),
-                         ("/v1/runs/nope/events", {"after": "bogus"})):
+                         (f"/v1/runs/{rid}/events", {"after": "bogus"})):
         res = api.get(path, params=params)
         assert res.status_code == 422, (path, params, res.text[:200])
-        template = path.replace("nope", "{run_id}")
+        template = path.replace(rid, "{run_id}")
         assert_error_shape(res, spec, "get", template)
         assert res.json()["error"]["field"] in params
         calls += 1
-    res = api.get("/v1/runs/nope/events", headers={"Last-Event-ID": "x"})
+    res = api.get(f"/v1/runs/{rid}/events", headers={"Last-Event-ID": "x"})
     assert res.status_code == 422 and res.json()["error"]["field"] == "last-event-id"
     # A route or method that does not exist: the same shape.
     for method, path, status in (("GET", "/v1/nothing", 404), ("DELETE", "/v1/runs", 405), ("GET", "/v1/runs/", 404)):

@@ -61,7 +61,7 @@ def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     assert inf == _value(after, "reactq_tool_call_seconds_count", tool="calculator")
     assert _value(after, "reactq_tool_call_seconds_bucket", tool="calculator", le="0.005") <= inf
     queues = {dict(k)["queue"] for k in after["reactq_queue_depth"]}
-    assert queues == {"reactq.runs", "reactq.tools"}
+    assert queues == {"reactq.runs", "reactq.tools", "reactq.webhooks"}
 
 
 def test_llm_and_tool_failures_are_counted_by_model_and_tool(workers, dispatcher, llm, settings):

@@ -31,7 +31,9 @@ from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.flow import Limits
 from reactq.shared.tenants import quota_of
+from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.workers import webhooks
 from reactq.workers.app import app
 from reactq.workers.dags.typed import typed_answer
 from reactq.workers.runtime import Runtime, runtime
@@ -39,8 +41,8 @@ from reactq.workers.runtime import Runtime, runtime
 log = logging.getLogger(__name__)
 
 
-def send(task: str, args: list[Any], countdown: float | None = None) -> None:
-    app.send_task(task, args=args, queue=RUNS_QUEUE, countdown=countdown, argsrepr=repr(args),
+def send(task: str, args: list[Any], countdown: float | None = None, queue: str = RUNS_QUEUE) -> None:
+    app.send_task(task, args=args, queue=queue, countdown=countdown, argsrepr=repr(args),
                   kwargsrepr="{}")
 
 
@@ -66,12 +68,20 @@ class DagContext:
                      model_for=lambda hint: name_for_role(models, hint))
 
     def save(self, state: DagState, version: int, t: M.Transition) -> bool:
-        """Save, then carry out the effects (only a winning save has any)."""
+        """Save, then carry out the effects (only a winning save has any). A DAG whose
+        request has a webhook arms its ``dag.done`` message before its terminal save (a crash
+        in between leaves it armed; its delivery finds the DAG not over and waits for the
+        save that ends it) and sends it after."""
+        hook = state.phase == "done" and webhooks.wants_done(self.rt, "dag", state.dag_id)
+        if hook:
+            webhooks.store(self.rt).arm(webhook_id("dag", state.dag_id))
         if not self.store.commit(state, version, t.events):
             log.info("dag %s: version %s was saved elsewhere", state.dag_id, version)
             return False
         for effect in t.effects:
             self._apply(effect, state.dag_id, state.tenant)
+        if hook:
+            webhooks.send_done("dag", state.dag_id, lambda task, args, queue: send(task, args, queue=queue))
         return True
 
     def _apply(self, effect: M.Effect, dag_id: str, tenant: str) -> None:

@@ -179,8 +179,8 @@ class DueWatchdog(threading.Thread):
     def _delivered(self, member: str, sent_at: float) -> bool:
         """Whether ``member``'s message, sent at ``sent_at``, has left its queue by now."""
         m = parse_member(member)
-        if self.backlog is None or (m is not None and m.kind == "approval"):
-            return True  # an approval's expiry is no message waiting in a queue
+        if self.backlog is None or (m is not None and m.kind in ("approval", "webhook")):
+            return True  # an approval's expiry, a webhook's retry: no message waiting in a queue
         queue = TOOLS_QUEUE if m is not None and m.kind == "tool" else RUNS_QUEUE
         return self.backlog.clear_since(queue, sent_at)
 

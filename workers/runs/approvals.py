@@ -23,6 +23,7 @@ from reactq.shared.errors import ApprovalConflict, RunNotFound
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.stores.approvals import Decided
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.workers import webhooks
 from reactq.workers.runs.listeners import Send
 from reactq.workers.runtime import Runtime
 
@@ -93,6 +94,7 @@ def request(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any
         log.info("run %s: call %s (%s) waits for approval %s", run_id, call.id, call.name, record["approval_id"])
         if got.old != got.new:
             rt.store.move_status(run_id, got.new, got.created_at)
+        webhooks.approval_requested(rt, run_id, record)
     return WAITS
 
 

@@ -41,7 +41,8 @@ from reactq.shared.stores.runs import RunRecord, outcomes_of
 from reactq.workers.runs.stepio import LoadedIO, StoreIO
 from reactq.shared.errors import RateLimited
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
-from reactq.workers import faults, metrics
+from reactq.shared.webhooks import webhook_id
+from reactq.workers import faults, metrics, webhooks
 from reactq.workers.runs import flow, listeners, threads
 from reactq.workers.runs.listeners import Send
 from reactq.workers.runs.cancelwatch import RunCancelled, until_cancelled
@@ -314,6 +315,8 @@ def _save(rt: Runtime, state: RunState, step_no: int, adv: Advance, began: float
     ops = metrics.commit_ops(rt.recorder, state, step_no, adv, began, turn_began)
     release = rt.leases.handoff() if handoff else None
     then = ([release] if release is not None else []) + take()
+    if state.webhook_on_done and isinstance(adv.next, Done):  # in the commit's round trip
+        then.append(webhooks.store(rt).arm_op(webhook_id("run", state.run_id)))
     if not rt.store.commit(state.run_id, state, step_no, adv.events + (early or []), ops=ops, then=then,
                            turn_began=began if isinstance(adv.next, RunTools) else None):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step_no)

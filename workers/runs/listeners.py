@@ -20,6 +20,7 @@ from typing import Any
 
 from reactq.shared.engine.state import RunState
 from reactq.shared.wire import DAG_STEP_DONE, RUNS_QUEUE
+from reactq.workers import webhooks
 from reactq.workers.runs import threads
 from reactq.workers.runtime import Runtime
 
@@ -50,6 +51,10 @@ def _tell_dag(rt: Runtime, state: RunState, send: Send) -> None:
 ON_RUN_END: tuple[EndListener, ...] = (
     EndListener("dag_parent", lambda s: _dag_parent(s) is not None, _tell_dag),
     EndListener("thread", lambda s: bool(s.thread_id), threads.ended),
+    # The message was armed by the final commit itself (drive._save): a crash before this
+    # send leaves it to the watchdog.
+    EndListener("webhook", lambda s: s.webhook_on_done,
+                lambda rt, s, send: webhooks.send_done("run", s.run_id, send)),
 )
 
 

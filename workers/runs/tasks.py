@@ -6,6 +6,7 @@
 | ``reactq.iterate``| reactq.runs   | run_id, step_no (None=resume)| tool selection, one LLM turn, or the fan-in after tools |
 | ``reactq.tool``   | reactq.tools  | run_id, step_no, call_id, tool name | one tool call (hooks + tool)   |
 | ``reactq.answer`` | reactq.runs   | run_id, step_no              | the streamed synthesis, `done` |
+| ``reactq.webhook``| reactq.webhooks | webhook_id                 | one delivery attempt (``workers/webhooks.py``) |
 
 Each holds a lease while it runs (``workers/recovery/lease.py``); the watchdog started with the
 worker resends a task whose worker died. The task's first read (a run's load, a tool call's
@@ -31,8 +32,8 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.stores.runs import RunRecord
 from reactq.shared.tools.mcp import close_hub
-from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
-from reactq.workers import faults
+from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOK
+from reactq.workers import faults, webhooks
 from reactq.workers.runs import drive, flow, toolcall
 from reactq.workers.dags import recover as dags_recover
 from reactq.workers.runs import recover as runs_recover
@@ -139,6 +140,12 @@ def _tool_crashed_too_often(rt: Runtime, run_id: str, step_no: int, call_id: str
     return True
 
 
+@app.task(name=WEBHOOK, ignore_result=True)
+def webhook(webhook_id: str) -> None:
+    """One delivery attempt of a webhook message (``workers/webhooks.py``)."""
+    webhooks.deliver(runtime(), webhook_id)
+
+
 _watchdog: DueWatchdog | None = None
 
 
@@ -175,7 +182,7 @@ def _refuse_a_cluster_node(**_: Any) -> None:
 
 def recoverers() -> dict[str, Handler]:
     """The due watchdog's handler for each kind of work this worker drives."""
-    return {**runs_recover.HANDLERS, **dags_recover.HANDLERS}
+    return {**runs_recover.HANDLERS, **dags_recover.HANDLERS, **webhooks.HANDLERS}
 
 
 @signals.worker_ready.connect
