@@ -83,7 +83,7 @@ def test_the_route_gives_an_admin_the_cluster_figures(workers, dispatcher, llm, 
     # Three turns at least (the tool turn, its answer, the plain answer), each timed.
     assert turns["count"] >= (before["turn_seconds"] or {"count": 0})["count"] + 3
     assert 0 < turns["p50"] <= turns["p95"] <= 300
-    assert set(d["queue_depth"]) == {"reactq.runs", "reactq.tools"}
+    assert {"reactq.runs", "reactq.tools"} <= set(d["queue_depth"])
     assert d["in_flight"] is not None and d["in_flight"] >= 0
 
 
