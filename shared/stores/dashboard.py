@@ -25,7 +25,7 @@ from reactq.shared.stores.runs_index import RunFilter, RunsIndex
 from reactq.shared.tenancy import DEFAULT_TENANT
 
 #: At most this many runs are read (the newest of the hour); a busier hour says ``truncated``.
-MAX_RUNS = 5000
+MAX_RUNS = 2000
 _FIELDS = ("status", "created_at", "tenant", "result")
 
 
