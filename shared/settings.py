@@ -226,9 +226,11 @@ class Settings(BaseSettings):
     webhook_allow: str = ""
     """Hosts, ``host:port``s or CIDRs a webhook may reach past the SSRF guard."""
     webhook_max_attempts: int = Field(8, ge=1, le=100)
+    """Attempts of one delivery before it is given up as ``failed``."""
     webhook_backoff_s: float = Field(1.0, gt=0, le=300)
     """Retry n waits this × 2^(n-1) seconds, capped at 300 s."""
     webhook_timeout_s: float = Field(10.0, gt=0, le=300)
+    """Seconds one delivery attempt may take (connect, send, answer) before it counts as failed."""
 
     @property
     def due_seconds(self) -> float:

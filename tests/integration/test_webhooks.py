@@ -270,7 +270,7 @@ def test_the_docs_receiver_verifies_real_messages_and_refuses_forged_ones(
 
     from reactq.shared.redisconn import free_port
 
-    text = (Path(__file__).resolve().parents[2] / "docs" / "webhooks.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs/webhooks.md").read_text()
     code = re.search(r'^```python title="receiver.py"\n(.*?)^```', text, re.M | re.S)
     assert code is not None and len([ln for ln in code.group(1).splitlines() if ln.strip()]) <= 16
     (tmp_path / "receiver.py").write_text(code.group(1))
