@@ -12,6 +12,7 @@ cases and failures.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,14 @@ from schemathesis.checks import (
 
 from tests.integration.conftest import worker_env
 from tests.integration.test_gateway import Gateway, start_gateway, stop_gateway
+
+
+@schemathesis.serializer("application/x-ndjson")
+def _ndjson(ctx: Any, value: Any) -> bytes:
+    """A batch's JSONL body: the generated value as it is (a string) or one JSON line."""
+    if isinstance(value, bytes):
+        return value
+    return value.encode() if isinstance(value, str) else json.dumps(value).encode()
 
 pytestmark = [pytest.mark.integration, pytest.mark.fuzz]
 
