@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -345,8 +346,16 @@ def _finish(rows: list[dict[str, Any]], flower: str | None, viewer: str | None, 
 
 
 def _wait_forever() -> None:
+    # Ctrl-C stops the stack even when the demo was started where SIGINT is ignored (a
+    # background job), and so does a supervisor's SIGTERM.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _interrupted)
     while True:
         time.sleep(3600)
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
