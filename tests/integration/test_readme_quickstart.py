@@ -15,10 +15,12 @@ import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from reactq.shared.redisconn import free_port, start_server
 from tests.integration.conftest import LLMFixture
 from tests.scripted_server import reply_text, reply_tool_calls
 
@@ -40,7 +42,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_the_quickstart_runs_as_written(redis_url: str, llm: LLMFixture, tmp_path: Path) -> None:
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[str]:
+    """A Redis of the quickstart's own: as on a user's machine, no other worker consumes its
+    queues and no other tool catalog is published in it."""
+    port = free_port()
+    proc = start_server(port, tmp_path / "redis")
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_quickstart_runs_as_written(own_redis: str, llm: LLMFixture, tmp_path: Path) -> None:
     # Given: the scripted model answers the quickstart's question with one word_count call.
     for query in QUERIES:
         llm.book.script(query, [reply_tool_calls([("c1", "word_count", {"text": "to be or not to be"})]),
@@ -56,10 +71,8 @@ def test_the_quickstart_runs_as_written(redis_url: str, llm: LLMFixture, tmp_pat
     port = str(_free_port())
     script = "set -e\n" + "\n".join(lines).replace("8000", port)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
-    env.update(REACTQ_REDIS_URL=redis_url, OPENAI_BASE_URL=llm.server.base_url, OPENAI_API_KEY="test-key",
+    env.update(REACTQ_REDIS_URL=own_redis, OPENAI_BASE_URL=llm.server.base_url, OPENAI_API_KEY="test-key",
                REACTQ_MODEL="scripted", HOME=str(tmp_path),
-               # Its own keys: the tool catalog another module's workers published is not its.
-               REACTQ_KEY_PREFIX=f"quickstart{os.getpid()}:",
                PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
     # When: it runs as one shell session (the worker and the gateway in the background).
     # Output to files, not pipes: the background processes keep their ends open.
