@@ -20,8 +20,6 @@ twice.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import time
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from reactq.shared.keys import Keys
 from reactq.shared.stores.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.approvals_lua import CANCEL, DECIDE, REQUEST
+from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.stores.streams import text
 from reactq.shared.tenancy import owner_of
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
@@ -299,16 +298,3 @@ def _check_open(record: dict[str, Any], digest: str | None) -> None:
     if digest and digest != record.get("args_digest"):
         raise ApprovalConflict(f"args_digest does not match approval {record.get('approval_id')}: "
                                f"its arguments' digest is {record.get('args_digest')}", record)
-
-
-def encode_cursor(score: float, member: str) -> str:
-    return base64.urlsafe_b64encode(f"{score!r}:{member}".encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[float, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        score, member = raw.split(":", 1)
-        return float(score), member
-    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise RequestError("not a cursor this server handed out", field="cursor") from exc
