@@ -18,7 +18,7 @@ from celery import Celery
 
 from reactq.shared.redisconn import free_port, start_server
 from reactq.shared.settings import Settings
-from reactq.shared.wire import AMQP_MAX_PRIORITY, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, celery_config
+from reactq.shared.wire import AMQP_MAX_PRIORITY, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOKS_QUEUE, celery_config
 from tests.backends import RabbitVhosts, rabbit_missing
 
 pytestmark = pytest.mark.rabbitmq
@@ -90,7 +90,7 @@ def test_queue_depth_is_read_from_rabbitmq(vhosts: RabbitVhosts, state_url: str)
         app.send_task(TOOL, [f"run-{n}", 1, "c"], queue=TOOLS_QUEUE)
     app.send_task(ITERATE, ["run-x", 0], queue=RUNS_QUEUE)
     depths, unacked = metrics.queue_depths(settings)
-    assert depths == {RUNS_QUEUE: 1, TOOLS_QUEUE: 5} and unacked is None
+    assert depths == {RUNS_QUEUE: 1, TOOLS_QUEUE: 5, WEBHOOKS_QUEUE: 0} and unacked is None
     body, _ = metrics.render(settings)
     text = body.decode() if isinstance(body, bytes) else body
     assert re.search(r'^reactq_queue_depth\{queue="reactq.tools"\} 5(\.0)?$', text, re.M)
