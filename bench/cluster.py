@@ -196,7 +196,10 @@ class Cluster:
     def reset(self) -> None:
         """After a failed figure: stop the workers, drop queued and unacked messages and runs."""
         self.stop_workers()
-        self.redis().delete("reactq.runs", "reactq.tools", "unacked", "unacked_index", "unacked_mutex")
+        r = self.redis()
+        # kombu keeps one list per priority step ("reactq.runs", "reactq.runs\x06\x163", …)
+        queues = [k for q in ("reactq.runs", "reactq.tools") for k in r.scan_iter(match=f"{q}*")]
+        r.delete(*queues, "unacked", "unacked_index", "unacked_mutex")
         self.flush()
 
     def flush(self) -> None:

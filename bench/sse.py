@@ -25,11 +25,11 @@ from reactq.dispatcher.client import Dispatcher
 
 
 class Gateway:
-    def __init__(self, cl: Cluster) -> None:
+    def __init__(self, cl: Cluster, env: dict[str, str] | None = None) -> None:
         from reactq.shared.redisconn import free_port
 
         self.port = free_port()
-        env = cl.worker_env({})
+        env = cl.worker_env(env or {})
         self.log = cl.tmp / "gateway.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "--factory", "reactq.dispatcher.http:create_app",
@@ -58,10 +58,13 @@ class Gateway:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
 
-    def watch(self, run_id: str, timeout: float = 60) -> tuple[float, list[tuple[float, int, str, dict[str, Any]]]]:
-        """(time the stream opened, [(received, seq, channel, data)]) until ``done``."""
+    def watch(self, run_id: str, timeout: float = 60, auth: str | None = None,
+              ) -> tuple[float, list[tuple[float, int, str, dict[str, Any]]]]:
+        """(time the stream opened, [(received, seq, channel, data)]) until ``done``;
+        ``auth``: an API key sent as ``Authorization: Bearer``."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        conn.request("GET", f"/v1/runs/{run_id}/events", headers={"Accept": "text/event-stream"})
+        headers = {"Accept": "text/event-stream"} | ({"Authorization": f"Bearer {auth}"} if auth else {})
+        conn.request("GET", f"/v1/runs/{run_id}/events", headers=headers)
         resp = conn.getresponse()
         opened = time.time()
         if resp.status != 200:
