@@ -1,4 +1,4 @@
-"""reactq's benchmarks (issue 7): ``python -m bench`` (or ``make bench``).
+"""reactq's benchmarks: ``python -m bench`` (or ``make bench``).
 
 Every figure is measured on real processes started here: a Redis-compatible server on a
 free port, the scripted OpenAI-compatible server as a subprocess (``bench.script``), and

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke pass in ~1-2 minutes")
     parser.add_argument("--profile", action="store_true", help="add a cProfile summary to P1b")
     parser.add_argument("--experiment", action="append", default=[], choices=experiments.NAMES,
-                        help="apply a proposed fix in the workers and here (see bench/experiments.py)")
+                        help="apply a patch in the workers and here (see bench/experiments.py)")
     args = parser.parse_args(argv)
     # Stop cleanly on SIGTERM too: leaving the `with Cluster()` block stops every process.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

@@ -14,7 +14,7 @@ each event of a run whose id starts with ``p5`` (``HSET bench:pub:{run_id} seq t
 written after the publish so the event itself is not delayed): that is how P5 measures
 "published by a worker → received by a client" across processes.
 
-``BENCH_EXPERIMENTS`` (comma-separated) applies proposed fixes: see ``bench.experiments``.
+``BENCH_EXPERIMENTS`` (comma-separated) applies patches to reactq's code: see ``bench.experiments``.
 ``BENCH_RTT_DIR`` counts the worker's Redis round trips into that folder (``bench.rtt``).
 """
 
@@ -92,4 +92,4 @@ if os.environ.get("BENCH_RTT_DIR"):
 
     rtt_probe.install(os.environ["BENCH_RTT_DIR"])
 
-experiments.apply()  # BENCH_EXPERIMENTS: proposed fixes, measured before/after (off by default)
+experiments.apply()  # BENCH_EXPERIMENTS: patches to try on the workers (off by default)

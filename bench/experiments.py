@@ -1,20 +1,22 @@
-"""Proposed fixes, tried without editing the files they belong to (opt-in, never default).
+"""Patches to reactq's code, applied in the benchmark workers without editing its files
+(opt-in, never default).
 
 ``python -m bench --experiment NAME …`` applies them in the benchmark workers (through
-``BENCH_EXPERIMENTS``, read by ``bench.celeryapp``) and in this process, so a figure can
-be measured before and after a fix that someone else's file would need:
+``BENCH_EXPERIMENTS``, read by ``bench.celeryapp``) and in this process, so a figure can be
+measured with and without a change, interleaved on the same machine. Each of the three below
+is also how reactq's own code works, so on it they change nothing; they show the shape of
+a patch:
 
 * ``openai_post``: ``OpenAILLM`` sends its request dict with ``client.post(...)`` instead of
   ``client.chat.completions.create(**request)``, skipping the openai SDK's recursive
-  TypedDict transform of the params (O(history), the largest per-turn cost on a worker).
-  Proposed for ``shared/llm/openai.py``.
+  TypedDict transform of the params (O(history)). reactq: ``shared/llm/openai.py``.
 * ``kombu_client``: kombu's Redis channel reuses one ``redis.Redis`` client (over its
   connection pool) instead of building a new one for every publish; redis-py 8 builds a
-  169-entry response-callback table per client (redis-py #3624). Proposed for
-  ``workers/app.py`` (or an upstream fix).
+  169-entry response-callback table per client (redis-py #3624). reactq:
+  ``shared/transport.py``.
 * ``token_estimate``: the context guard counts ASCII characters with ``str.isascii`` /
   ``encode("ascii", "ignore")`` instead of a Python generator over every character
-  (same result). Proposed for ``shared/engine/context.py``.
+  (same result). reactq: ``shared/engine/context.py``.
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ def _batch_cpu_ms(deps_of: Any, turns: int, runs: int = 20) -> float:
 
 
 def p1b_flat(repeats: int, span: int = 8) -> Figure:
-    """Issue 12: a turn costs the same whatever the history: the marginal turn at 20 turns
+    """P1b-flat: a turn costs the same whatever the history: the marginal turn at 20 turns
     against the marginal turn at 1 (ratio ≤ 1.2). The marginal turn at n is (run of n + 8
     turns − run of n) / 8, batches of 20 runs, the run lengths interleaved so that a noisy
     moment on a shared machine hits both figures alike; median of the pairs.

@@ -1,17 +1,17 @@
 """How often the bundled SmolLM2 answers the demo's questions right, per way of asking it.
 
-``python -m bench.local_model [--runs 3] [--variants now,before]`` runs the demo's sample
-questions (``dispatcher/local/samples/questions.jsonl``, graded by their ``expect`` patterns) through
-real workers against a local model server, once per variant and run, one question at a
-time (the server answers one request at a time; concurrent runs only queue):
+``python -m bench.local_model [--runs 3] [--variants default,native]`` runs the demo's sample
+questions (``dispatcher/local/samples/questions.jsonl``, graded by their ``expect`` patterns)
+through real workers against a local model server, once per variant and run, one question at
+a time (the server answers one request at a time; concurrent runs only queue):
 
-* ``now``: what ``reactq run`` and ``make demo`` use (``localmodel.write_registry``'s
+* ``default``: what ``reactq run`` and ``make demo`` use (``localmodel.write_registry``'s
   defaults on a ``chatml`` server: JSON mode with the action grammar, repeat penalty off,
   one tool turn, no synthesis);
-* ``before``: the previous default (``chatml-function-calling`` server, native tool calls,
-  tool results as user messages, answer synthesis);
-* ``now+synthesis``, ``now-max_tool_turns``, ``now+repeat_penalty``: ``now`` with one choice
-  undone.
+* ``native``: native tool calls on a ``chatml-function-calling`` server, tool results as user
+  messages, answer synthesis;
+* ``default+synthesis``, ``default-max_tool_turns``, ``default+repeat_penalty``: ``default``
+  with one choice undone.
 
 Prints one JSON line: per variant, right answers per run and per question. Needs the
 ``local`` extra (``make install-local``).
@@ -28,21 +28,21 @@ from pathlib import Path
 from typing import Any
 
 # (server prompt format, write_registry keywords)
-BEFORE = {"tool_call": True, "json_mode": False, "json_schema": False, "repeat_penalty": None,
+NATIVE = {"tool_call": True, "json_mode": False, "json_schema": False, "repeat_penalty": None,
           "max_tool_turns": None, "answer_synthesis": True}
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "now": ("chatml", {}),
-    "before": ("chatml-function-calling", BEFORE),
-    "now+synthesis": ("chatml", {"answer_synthesis": True}),
-    "now-max_tool_turns": ("chatml", {"max_tool_turns": None}),
-    "now+repeat_penalty": ("chatml", {"repeat_penalty": None}),
+    "default": ("chatml", {}),
+    "native": ("chatml-function-calling", NATIVE),
+    "default+synthesis": ("chatml", {"answer_synthesis": True}),
+    "default-max_tool_turns": ("chatml", {"max_tool_turns": None}),
+    "default+repeat_penalty": ("chatml", {"repeat_penalty": None}),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.local_model")
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--variants", default="now,before", help=f"comma-separated, of: {', '.join(VARIANTS)}")
+    p.add_argument("--variants", default="default,native", help=f"comma-separated, of: {', '.join(VARIANTS)}")
     args = p.parse_args(argv)
 
     from reactq.dispatcher.client import Dispatcher

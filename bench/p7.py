@@ -1,4 +1,4 @@
-"""P7 — flow control against a provider that enforces its limits (issue 13).
+"""P7 — flow control against a provider that enforces its limits.
 
     .venv/bin/python -m bench.p7 [--runs 500] [--rpm 600] [--tpm 60000] [--no-compare]
 

@@ -92,8 +92,8 @@ def gateway(cl: Cluster, clients: int) -> dict[str, Any]:
             t.start()
         time.sleep(0.5)
         conns = int(cl.redis().info("clients")["connected_clients"])
-        # Blocked stream reads: one per open stream on a gateway whose watchers each read
-        # their own; a few shared ones now.
+        # Blocked stream reads: the gateway's watchers share a few (dispatcher/http/hub.py),
+        # where one per open stream would be as many as the streams.
         xreads = sum(1 for c in cl.redis().client_list() if c.get("cmd") == "xread")
         for t in threads:
             t.join()

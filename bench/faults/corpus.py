@@ -1,4 +1,4 @@
-"""The bad-input corpus (issue 10 item 7), shared by ``tests/integration/test_bad_input.py``
+"""The bad-input corpus, shared by ``tests/integration/test_bad_input.py``
 and ``bench/faults/f_badinput.py``.
 
 Each ``Case`` is one malformed request and the field its 4xx must name. ``check`` says what

@@ -1,4 +1,4 @@
-"""Flow-control faults (issue 13): a worker killed while runs wait for capacity, against a
+"""Flow-control faults: a worker killed while runs wait for capacity, against a
 provider that enforces its limits.
 
 30 two-turn runs under ``rpm = 240`` (the provider allows 300, counted over 3 s) on two

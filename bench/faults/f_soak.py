@@ -1,4 +1,4 @@
-"""Soak: many runs of several tool turns while workers are killed with -9 all along (issue 18).
+"""Soak: many runs of several tool turns while workers are killed with -9 all along.
 
 Four worker processes (threads pool × 4) on the Redis broker; runs of 4 turns (3 tool
 turns of 2 ``tally`` calls, then the answer, each LLM reply 0.3 s late) are submitted with

@@ -1,5 +1,5 @@
-"""Fault module ``tools`` (issue 10, items 1–2): a GIL-holding tool, a kill -9 during it, a
-poison-pill call, a call past its deadline. Real workers (threads pool, or prefork with
+"""Fault module ``tools``: a GIL-holding tool, a kill -9 during it, a poison-pill call, a
+call past its deadline. Real workers (threads pool, or prefork with
 ``REACTQ_FAULTS_POOL=prefork``; the default 3 s lease), a real Redis-compatible server, the
 scripted LLM over HTTP.
 
@@ -49,7 +49,7 @@ from tests.scripted_server import (
 
 ROOT = Path(__file__).resolve().parents[2]
 GIL_SECONDS = int(os.environ.get("REACTQ_FAULTS_GIL_SECONDS", "60"))
-POOL = os.environ.get("REACTQ_FAULTS_POOL", "threads")  # or prefork: the issue saw both
+POOL = os.environ.get("REACTQ_FAULTS_POOL", "threads")  # or prefork: the faults apply to both
 POISON = ["round(1, -10**8)", "round(10**999, -10**6)", "round(1, -10**8) + 1",
           "max(round(2, -99999999), 1)"]
 
@@ -202,7 +202,7 @@ def gil_kill(rig: _Rig) -> dict[str, Any]:
 
 def poison(rig: _Rig) -> dict[str, Any]:
     calls = [(f"p{i}", "calculator", {"expression": e}) for i, e in enumerate(POISON)]
-    # Quadratic before the fix (tens of seconds); small enough to need no context compaction.
+    # Tens of seconds for a quadratic sentence regex; small enough to need no context compaction.
     calls.append(("ts", "text_stats", {"text": "." * 60_000 + "x"}))
     h, _, t0 = rig.submit([reply_tool_calls(calls), reply_text("refused")])
     w = rig.watch(h, t0, 120)

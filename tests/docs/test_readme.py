@@ -20,6 +20,8 @@ INTERNAL = re.compile(r"DESIGN\.md|SPEC\.md|\bseed/|\bseed's\b|\bS\d{1,3}[a-z]?\
 DATE = re.compile(r"\b(20\d\d)-(\d\d)-(\d\d)\b")
 HISTORY_BEFORE = datetime.date(2027, 1, 1)
 DOC_PAGES = sorted(p for p in (ROOT / "docs").rglob("*.md"))
+# Pages outside docs/ that ship in the repository and carry measured figures.
+FIGURE_PAGES = [ROOT / "bench" / "README.md", ROOT / "deploy" / "README.md"]
 
 
 def test_the_readme_is_at_most_250_lines() -> None:
@@ -38,7 +40,8 @@ def test_the_makefile_has_both_targets() -> None:
     assert re.search(r"^demo:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
 
 
-@pytest.mark.parametrize("page", [ROOT / "README.md", *DOC_PAGES], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", [ROOT / "README.md", *FIGURE_PAGES, *DOC_PAGES],
+                         ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_internal_history_or_outside_files(page: Path) -> None:
     text = page.read_text()
     found = [m.group(0) for m in INTERNAL.finditer(text)]
@@ -74,5 +77,16 @@ def test_shipped_files_name_no_design_documents_spec_numbers_or_issues() -> None
     for path in _shipped():
         for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
             if CODE_INTERNAL.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
+    assert not found, "\n".join(found[:30])
+
+
+def test_the_benchmarks_code_names_no_issues_or_dated_history() -> None:
+    """bench/ ships in the repository; its result files carry their dates, its code does not."""
+    found = []
+    for path in sorted((ROOT / "bench").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            dates = [m for m in DATE.finditer(line) if datetime.date(*map(int, m.groups())) < HISTORY_BEFORE]
+            if re.search(r"\b[Ii]ssue \d+", line) or dates:
                 found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:100]}")
     assert not found, "\n".join(found[:30])
