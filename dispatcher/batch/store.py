@@ -9,7 +9,8 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict, cast
 
 import redis
 
@@ -24,6 +25,37 @@ from reactq.shared.webhooks import body, webhook_id
 from reactq.shared.wire import WEBHOOK, WEBHOOKS_QUEUE
 
 log = logging.getLogger(__name__)
+
+
+class BatchView(TypedDict):
+    """A batch's progress as ``BatchStore.view`` reads it: what ``GET /v1/batches/{id}``
+    answers (``reactq.shared.api.BatchStatus``), plus its owner and its dollar figures. The
+    keys marked not required are there only when they say something."""
+
+    batch_id: str
+    status: str
+    total: int
+    done: int
+    succeeded: int
+    failed: int
+    invalid: int
+    running: int
+    queued: int
+    tokens: int
+    cost_usd: float
+    created_at: float
+    updated_at: float
+    tenant: str
+    skipped: NotRequired[int]
+    """With a token budget, a stop, or skipped lines."""
+    token_budget: NotRequired[int | None]
+    stopped: NotRequired[str | None]
+    cost_budget_usd: NotRequired[float]
+    """With a dollar budget."""
+    results: NotRequired[list[dict[str, Any]]]
+    """The result lines, when asked for."""
+    waiting: NotRequired[int]
+    """Of the running lines, those waiting for a person (the gateway adds it)."""
 
 
 class BatchStore:
@@ -110,7 +142,7 @@ class BatchStore:
         self.r.expire(key, self.ttl)
         self.r.delete(self._lease(batch_id))
 
-    def view(self, batch_id: str, *, with_results: bool) -> dict[str, Any] | None:
+    def view(self, batch_id: str, *, with_results: bool) -> BatchView | None:
         raw = cast(dict[bytes, bytes], self.r.hgetall(self.keys.batch(batch_id)))
         if not raw:
             return None
@@ -121,7 +153,7 @@ class BatchStore:
         for res in results:
             t.add(res)
         running = int(f.get("running", 0))
-        view: dict[str, Any] = {
+        view: BatchView = {
             "batch_id": batch_id, "status": f["status"], "total": t.total, "done": t.done,
             "succeeded": t.succeeded, "failed": t.failed, "invalid": t.invalid,
             "running": running, "queued": max(0, t.total - t.done - running), "tokens": t.tokens,
@@ -130,8 +162,9 @@ class BatchStore:
             "tenant": f.get("tenant", DEFAULT_TENANT),
         }
         if "token_budget" in f or "stopped" in f or t.skipped:
-            view.update(skipped=t.skipped, token_budget=int(f["token_budget"]) if "token_budget" in f else None,
-                        stopped=f.get("stopped"))
+            view["skipped"] = t.skipped
+            view["token_budget"] = int(f["token_budget"]) if "token_budget" in f else None
+            view["stopped"] = f.get("stopped")
         if "cost_budget_usd" in f:
             view["cost_budget_usd"] = float(f["cost_budget_usd"])
         if with_results:
@@ -201,7 +234,7 @@ def batch_webhook(dispatcher: Any, store: BatchStore, batch_id: str, tally: Tall
     spec = store.webhook(batch_id)
     if spec is None or "done" not in (spec.get("events") or ["done"]):
         return None
-    view = store.view(batch_id, with_results=False) or {}
+    view: Mapping[str, object] = store.view(batch_id, with_results=False) or {}
     counts = {k: view.get(k) for k in ("total", "done", "succeeded", "failed", "invalid")}
     data = {"batch_id": batch_id, "status": "cancelled" if tally.stopped == "cancelled" else "done",
             "answer": None, "output": None, "usage": {"total_tokens": view.get("tokens", tally.tokens)},

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -31,6 +31,9 @@ from reactq.dispatcher.cli.common import (
     settings,
 )
 from reactq.shared.errors import ConfigError
+
+if TYPE_CHECKING:
+    from reactq.dispatcher.batch.store import BatchView
 
 
 def batch(
@@ -72,7 +75,7 @@ def batch(
 BATCH_ID = typer.Argument(..., help="the HTTP batch's id (POST /v1/batches answers it)")
 
 
-def _batch_view(batch_id: str) -> tuple[Any, dict[str, Any]]:
+def _batch_view(batch_id: str) -> tuple[Any, BatchView]:
     """(the batch store, the batch's progress), or exit 2 for an id that names nothing."""
     from reactq.dispatcher.batch.store import BatchStore
 

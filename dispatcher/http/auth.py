@@ -20,6 +20,8 @@ and a route of another kind checks its record in one line::
 from __future__ import annotations
 
 import hmac
+import inspect
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -29,6 +31,7 @@ from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
 from reactq.dispatcher.http.middleware import OPEN_PATHS, ASGIApp, Receive, Scope, Send, send_json
 from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RunNotFound
+from reactq.shared.keys import Keys
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
 from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owner_of
 
@@ -127,32 +130,30 @@ async def owned(request: Request, gw: Gateway, hash_key: str, scope: str, what: 
     return caller
 
 
-def _run(scope: str) -> Any:
-    async def dep(run_id: IdPath, request: Request, gw: GatewayDep) -> str:
-        await owned(request, gw, gw.keys.run(run_id), scope, "run", run_id)
-        return run_id
-    return Depends(dep)
+def _owned_id(param: str, what: str, record: Callable[[Keys, str], str], *,
+              present: str = "status") -> Callable[[str], Any]:
+    """Path dependencies for one kind of record: ``dependency(scope)`` takes the id from the
+    path parameter ``param`` (an ``IdPath``), checks it with ``owned`` (the hash
+    ``record(keys, id)``, ``what`` in the 404) and returns it."""
+    def dependency(scope: str) -> Any:
+        async def dep(request: Request, gw: Gateway, **path: str) -> str:
+            ident = path[param]
+            await owned(request, gw, record(gw.keys, ident), scope, what, ident, present=present)
+            return ident
+        # FastAPI reads the parameters from the signature: the path parameter by its name.
+        dep.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
+            inspect.Parameter(param, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=IdPath),
+            inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
+            inspect.Parameter("gw", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=GatewayDep)],
+            return_annotation=str)
+        return Depends(dep)
+    return dependency
 
 
-def _dag(scope: str) -> Any:
-    async def dep(dag_id: IdPath, request: Request, gw: GatewayDep) -> str:
-        await owned(request, gw, gw.keys.dag(dag_id), scope, "DAG", dag_id)
-        return dag_id
-    return Depends(dep)
-
-
-def _batch(scope: str) -> Any:
-    async def dep(batch_id: IdPath, request: Request, gw: GatewayDep) -> str:
-        await owned(request, gw, gw.keys.batch(batch_id), scope, "batch", batch_id)
-        return batch_id
-    return Depends(dep)
-
-
-def _schedule(scope: str) -> Any:
-    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep) -> str:
-        await owned(request, gw, gw.keys.schedule(schedule_id), scope, "schedule", schedule_id, present="spec")
-        return schedule_id
-    return Depends(dep)
+_run = _owned_id("run_id", "run", Keys.run)
+_dag = _owned_id("dag_id", "DAG", Keys.dag)
+_batch = _owned_id("batch_id", "batch", Keys.batch)
+_schedule = _owned_id("schedule_id", "schedule", Keys.schedule, present="spec")
 
 
 RunRead = Annotated[str, _run("runs:read")]

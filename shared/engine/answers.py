@@ -15,9 +15,7 @@ the flow gate and the token budget like every LLM step — sees them; after
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -27,7 +25,7 @@ from reactq.shared.engine import output as O
 from reactq.shared.engine.next import Advance, Answer, advanced
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.structured import structured_llm_call
-from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
+from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages, synthesize
 from reactq.shared.errors import RateLimited, StructuredOutputError
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint
@@ -36,8 +34,6 @@ from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, Usage
 
 if TYPE_CHECKING:
     from reactq.shared.engine.steps import EngineDeps, StepIO
-
-log = logging.getLogger(__name__)
 
 OUTPUT_SYSTEM = """You write the final answer of an agent as JSON data. You are given a user's \
 question and the execution trace of an agent that worked on it with tools.
@@ -188,26 +184,8 @@ async def guarded_answer_step(state: RunState, deps: EngineDeps, io: StepIO) -> 
     if not answer_synthesis(deps.llm):
         text = fallback
     else:
-        text, failure = await _synthesis(state, deps)
+        text, failure = await synthesize(state, deps.llm)
         if failure is not None:
             pre.append(ending.fallback_event(state, failure))
             text = fallback
     return await _publish(state, deps, io, text, pre=pre)
-
-
-async def _synthesis(state: RunState, deps: EngineDeps) -> tuple[str, BaseException | str | None]:
-    parts: list[str] = []
-    try:
-        async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
-            if chunk.usage:  # the synthesis is billed like any call: part of the run's usage
-                state.usage = state.usage + Usage.from_dict(chunk.usage)
-            if chunk.delta_content:
-                parts.append(chunk.delta_content)
-    except (asyncio.CancelledError, RateLimited):
-        raise
-    except Exception as exc:
-        log.warning("answer synthesis failed for run %s: %s", state.run_id, exc)
-        return "", exc
-    if not parts:
-        return "", "the synthesis returned no text"
-    return "".join(parts), None

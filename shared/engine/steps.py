@@ -10,7 +10,6 @@ publishes the returned ones together with the saved state. Every event carries i
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,19 +22,15 @@ from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, Select
 from reactq.shared.engine.result import run_tool_names
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
-from reactq.shared.engine.synthesis import fallback_chunks, synthesis_messages
+from reactq.shared.engine.synthesis import fallback_chunks, synthesize
 from reactq.shared.engine.approval import wait_reason
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.engine.waiting import Approver, decide_and_run
-from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint, HookRegistry
 from reactq.shared.llm.base import LLM, ability, answer_synthesis, max_tool_turns
-from reactq.shared.models import Usage
 from reactq.shared.settings import EngineConfig
 from reactq.shared.tools.base import ToolRegistry
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -198,22 +193,13 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
 
 
 async def _stream_synthesis(state: RunState, deps: EngineDeps, io: StepIO, fallback: str) -> str:
-    parts: list[str] = []
-    try:
-        async for chunk in deps.llm.stream_chat(synthesis_messages(state)):
-            if chunk.usage:  # the synthesis is billed like any call: part of the run's usage
-                state.usage = state.usage + Usage.from_dict(chunk.usage)
-            if chunk.delta_content:
-                parts.append(chunk.delta_content)
-                await io.publish([ending.answer_delta(state, chunk.delta_content)])
-    except (asyncio.CancelledError, RateLimited):
-        raise  # a wait for capacity is not a failed synthesis: the shell resumes the step
-    except Exception as exc:
-        log.warning("answer synthesis failed for run %s: %s", state.run_id, exc)
-        return await _stream_fallback(state, io, fallback, exc)
-    if not parts:
-        return await _stream_fallback(state, io, fallback, "the synthesis returned no text")
-    return "".join(parts)
+    async def send(delta: str) -> None:
+        await io.publish([ending.answer_delta(state, delta)])
+
+    text, failure = await synthesize(state, deps.llm, send)
+    if failure is not None:
+        return await _stream_fallback(state, io, fallback, failure)
+    return text
 
 
 async def _stream_fallback(state: RunState, io: StepIO, text: str, why: BaseException | str) -> str:

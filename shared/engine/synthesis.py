@@ -1,11 +1,19 @@
-"""Answer synthesis: the prompt over the trace, and the fallback."""
+"""Answer synthesis: the prompt over the trace, the call, and the fallback."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.state import RunState
-from reactq.shared.models import ChatMessage
+from reactq.shared.errors import RateLimited
+from reactq.shared.llm.base import LLM
+from reactq.shared.models import ChatMessage, Usage
+
+log = logging.getLogger(__name__)
 
 
 def synthesis_messages(state: RunState, *, directive: str | None = None,
@@ -36,6 +44,32 @@ def synthesis_messages(state: RunState, *, directive: str | None = None,
         ChatMessage(role="user", content=f"Question: {enriched_query(state.history, state.query)}"
                                          f"\n\nAgent execution trace:\n{trace}"),
     ]
+
+
+async def synthesize(state: RunState, llm: LLM, on_delta: Callable[[str], Awaitable[None]] | None = None,
+                     ) -> tuple[str, BaseException | str | None]:
+    """Stream the synthesis from ``llm``, handing each delta to ``on_delta`` as it comes.
+    Returns (the text, None), or ("", why it failed): the stream raised, or gave no text.
+    Its usage is added to the run's (the synthesis is billed like any call). A wait for
+    capacity (``RateLimited``) or a cancellation is not a failed synthesis: it propagates,
+    and the shell resumes the step."""
+    parts: list[str] = []
+    try:
+        async for chunk in llm.stream_chat(synthesis_messages(state)):
+            if chunk.usage:
+                state.usage = state.usage + Usage.from_dict(chunk.usage)
+            if chunk.delta_content:
+                parts.append(chunk.delta_content)
+                if on_delta is not None:
+                    await on_delta(chunk.delta_content)
+    except (asyncio.CancelledError, RateLimited):
+        raise
+    except Exception as exc:
+        log.warning("answer synthesis failed for run %s: %s", state.run_id, exc)
+        return "", exc
+    if not parts:
+        return "", "the synthesis returned no text"
+    return "".join(parts), None
 
 
 def fallback_chunks(text: str, size: int = 30) -> list[str]:

@@ -25,7 +25,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.streams import PUBLISH, PUBLISH_FN, entries_after, read_events, text, triples
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
-from reactq.shared.stores.idempotency import arm_if_queued, claim, write_if_absent
+from reactq.shared.stores.idempotency import create_once
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import dag_index
 from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
@@ -103,31 +103,23 @@ class DagStore:
         pass ``idempotent_id(key, kind="dag")`` so that a retry finds what a killed creator
         wrote. A creator that loses the key to another id removes the DAG it wrote."""
         now = f"{time.time():.6f}"
-        key = self.keys.dag(dag_id)
         dag_index(self.r, self.keys, self.ttl).add(dag_id, float(now))  # before the DAG: see the index
         fields: dict[Any, str | int] = {
             "status": "queued", "request": dumps(request), "created_at": now, "updated_at": now,
             "version": 0, "pub_seq": 0, "phase": "planning", "round": 0, "tenant": tenant}
-        due = {dag_member(dag_id): deadline_ms(self.due_seconds)}
+        deadline = deadline_ms(self.due_seconds)
         if idempotency_key is None:
             pipe = self.r.pipeline(transaction=False)  # two slots on a Redis Cluster
-            pipe.hset(key, mapping=fields)
-            pipe.zadd(self.keys.due, due)  # due from the moment it exists
+            pipe.hset(self.keys.dag(dag_id), mapping=fields)
+            pipe.zadd(self.keys.due, {dag_member(dag_id): deadline})  # due from the moment it exists
             pipe.execute()
             return dag_id, True
         # With a key (its id ``idempotent_id(key, kind="dag")``), written only if absent and
         # due only once the key is ours, as for runs; a winner still queued is armed again.
-        wrote = write_if_absent(self.r, key, fields)
         # Namespaced: a run and a DAG may carry the same key without meeting.
-        existing = claim(self.r, self.keys.idem(f"dag:{idempotency_key}", tenant), dag_id, self.ttl)
-        if existing is None:
-            self.r.zadd(self.keys.due, due)
-            return dag_id, True
-        arm_if_queued(self.r, self.keys.dag(existing), self.keys.due, dag_member(existing),
-                      deadline_ms(self.due_seconds))
-        if existing != dag_id and wrote:  # lost to a DAG with another id: remove ours
-            self.r.delete(key)
-        return existing, False
+        return create_once(self.r, dag_id, fields, claim_key=self.keys.idem(f"dag:{idempotency_key}", tenant),
+                           claim_ttl=self.ttl, record_key=self.keys.dag, due_key=self.keys.due,
+                           member=dag_member, deadline_ms=deadline)
 
     def load(self, dag_id: str) -> DagRecord:
         raw = self.r.hgetall(self.keys.dag(dag_id))

@@ -9,12 +9,14 @@ The id is derived from the key (``idempotent_id``) and the record written only w
 (``write_if_absent``): a creator killed between the write and the claim leaves the very
 record its retry finds and claims, not an orphan beside a second one, and no create ever
 rewrites a run that has started. A creator that loses the key to one holding another id
-(an explicit id) removes what it wrote and answers with the winner.
+(an explicit id) removes what it wrote and answers with the winner. ``create_once`` is that
+path, for runs and DAGs alike.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -60,3 +62,37 @@ def claim(r: redis.Redis, key: str, owner: str, ttl_seconds: int) -> str | None:
         existing = r.get(key)
         if existing is not None:
             return text(existing)
+
+
+def create_once(r: redis.Redis, new_id: str, fields: dict[Any, Any], *, claim_key: str,
+                claim_ttl: int, record_key: Callable[[str], str], due_key: str,
+                member: Callable[[str], str], deadline_ms: int,
+                index: Callable[[Any, bool], None] | None = None,
+                unindex: Callable[[Any], None] | None = None) -> tuple[str, bool]:
+    """Create the record ``new_id`` (hash ``record_key(new_id)``, ``fields``) under the
+    idempotency key ``claim_key``, once. Returns ``(new_id, True)`` when the key is ours,
+    else ``(the holder's id, False)``.
+
+    The record is written only if absent, then ``index(pipe, wrote)`` queues its index rows
+    (``wrote`` False: the record was there, a retry), then the key is claimed for
+    ``claim_ttl`` seconds. Ours: the record is due (``member(id)`` in ``due_key`` at
+    ``deadline_ms``); lost: a holder still queued is armed again, and a record this call wrote
+    under another id is removed (with the rows ``unindex(pipe)`` queues)."""
+    key = record_key(new_id)
+    wrote = write_if_absent(r, key, fields)
+    if index is not None:
+        pipe = r.pipeline(transaction=False)
+        index(pipe, wrote)
+        pipe.execute()
+    existing = claim(r, claim_key, new_id, claim_ttl)
+    if existing is None:
+        r.zadd(due_key, {member(new_id): deadline_ms})
+        return new_id, True
+    arm_if_queued(r, record_key(existing), due_key, member(existing), deadline_ms)
+    if existing != new_id and wrote:  # lost to a record with another id: remove ours
+        pipe = r.pipeline(transaction=False)
+        pipe.delete(key)
+        if unindex is not None:
+            unindex(pipe)
+        pipe.execute()
+    return existing, False

@@ -31,7 +31,7 @@ from reactq.shared.engine.result import turn_summary
 from reactq.shared.engine.state import Interrupt, RunState, Status, ToolOutcome, dump_state, load_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
-from reactq.shared.stores.idempotency import arm_if_queued, claim, write_if_absent
+from reactq.shared.stores.idempotency import create_once
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.roundtrip import Op, Read, checked, execute, failed
@@ -140,7 +140,6 @@ class RunStore:
         nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{id}``.
         """
         now = time.time()
-        key = self.keys.run(run_id)
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
         fields: dict[Any, str | int] = {"status": "queued", "request": dumps(request),
                                   "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}",
@@ -153,37 +152,31 @@ class RunStore:
             fields["schedule_id"] = schedule_id
         if scheduled_for:
             fields["scheduled_for"] = scheduled_for
-        due = {run_member(run_id): deadline_ms(self.due_seconds)}
-        pipe = self.r.pipeline(transaction=False)  # one round trip on one server
+        deadline = deadline_ms(self.due_seconds)
         if idempotency_key is None:
-            pipe.hset(key, mapping=fields)
+            pipe = self.r.pipeline(transaction=False)  # one round trip on one server
+            pipe.hset(self.keys.run(run_id), mapping=fields)
             self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id)
             # Due from the moment it exists (its first message may be lost with a worker).
-            pipe.zadd(self.keys.due, due)
+            pipe.zadd(self.keys.due, {run_member(run_id): deadline})
             pipe.execute()
             return run_id, True
         # With a key, the id comes from the key (``idempotent_id``): a creator killed before
         # its claim left this very record, which its retry finds here and claims; nothing
-        # is due before the key is ours, and a record that exists is never rewritten.
-        wrote = write_if_absent(self.r, key, fields)
-        # A creator killed between its write and its index rows left a run the listing (and
-        # a resumed batch's count) would miss: its retry adds the rows that are missing.
-        self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, missing_only=not wrote)
-        pipe.execute()
-        existing = claim(self.r, self.keys.idem(idempotency_key, tenant), run_id, self._index_ttl)
-        if existing is None:
-            self.r.zadd(self.keys.due, due)
-            return run_id, True
-        arm_if_queued(self.r, self.keys.run(existing), self.keys.due, run_member(existing),
-                      deadline_ms(self.due_seconds))
-        if existing != run_id and wrote:  # lost to a run with another id: remove ours
-            pipe = self.r.pipeline(transaction=False)
-            pipe.delete(key)
-            pipe.zrem(self.keys.runs, run_id)
-            pipe.zrem(self.keys.runs_status("queued"), run_id)
-            pipe.zrem(self.keys.runs_tenant(tenant), run_id)
-            pipe.execute()
-        return existing, False
+        # is due before the key is ours, and a record that exists is never rewritten. A
+        # creator killed between its write and its index rows left a run the listing (and a
+        # resumed batch's count) would miss: its retry adds the rows that are missing.
+        def index(pipe: Any, wrote: bool) -> None:
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, missing_only=not wrote)
+
+        def unindex(pipe: Any) -> None:
+            for rows in (self.keys.runs, self.keys.runs_status("queued"), self.keys.runs_tenant(tenant)):
+                pipe.zrem(rows, run_id)
+
+        return create_once(self.r, run_id, fields, claim_key=self.keys.idem(idempotency_key, tenant),
+                           claim_ttl=self._index_ttl, record_key=self.keys.run, due_key=self.keys.due,
+                           member=run_member, deadline_ms=deadline,
+                           index=index, unindex=unindex)
 
     def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
                tenant: str, schedule_id: str | None = None, *, missing_only: bool = False) -> None:

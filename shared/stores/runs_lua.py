@@ -144,18 +144,52 @@ redis.call('HSET', KEYS[2], ARGV[2], claim)
 return {turn, rec}
 """
 
+#: ``fan_in(set, run, due, call, ttl, tool, member, calls, deadline, step_no, hold)``: counts
+#: ``call`` into the turn's fan-in ``set`` (the run hash ``run``); the call stops being due and,
+#: once the turn's ``calls`` are all in and the turn (``step_no``) is still current, the run's
+#: next step is due at ``deadline`` (``due``: the due set, false on a cluster: the caller writes
+#: it). With ``hold``, while calls of the run wait for a person (its ``waiting`` field) the set
+#: is kept (no TTL) and the run is ``waiting`` once nothing else of its turn is out; otherwise
+#: the set expires after ``ttl``. Returns the set's size, 1 when the turn is complete and
+#: current, 1 when the run became ``waiting``.
+FANIN_FN = """
+local function fan_in(set, run, due, call, ttl, tool, member, calls, deadline, step_no, hold)
+  redis.call('SADD', set, call)
+  local c = redis.call('SCARD', set)
+  local w = 0
+  if hold then w = tonumber(redis.call('HGET', run, 'waiting') or '0') end
+  local waiting = 0
+  if w > 0 then
+    redis.call('PERSIST', set)
+    if c + w >= calls and redis.call('HGET', run, 'status') == 'running' then
+      redis.call('HSET', run, 'status', 'waiting')
+      waiting = 1
+    end
+  else
+    redis.call('EXPIRE', set, ttl)
+  end
+  local ready = 0
+  if c >= calls and tonumber(redis.call('HGET', run, 'step_no') or '-1') == tonumber(step_no) then
+    ready = 1
+  end
+  if due then
+    redis.call('ZREM', due, tool)
+    if ready == 1 then redis.call('ZADD', due, deadline, member) end
+  end
+  return c, ready, waiting
+end
+"""
+
 # KEYS: tools ledger, fan-in set, run hash; then, single server only, the due set and the
 # keys of the ops. ARGV: [1] call id, [2] the done record ('' = the call was already done:
 # only count it in), [3] fan-in ttl, [4] tool member, [5] run member, [6] calls in the turn,
 # [7] deadline ms, [8] the turn's step_no, [9] 1 when KEYS[4] is the due set, then the ops
 # (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"). The first
 # "done" wins (a stale worker that finishes a call another one already finished is refused);
-# then the call is counted in, stops being due, and once the turn is complete and still
-# current the run's next step is due. While calls of the run wait for a person (its
-# ``waiting`` field), the fan-in set is kept (no TTL) and the run is ``waiting`` once nothing
-# else of its turn is out. Returns {1 when this record won, the fan-in count, 1 when the turn
-# is complete and current, 1 when the run became ``waiting``}.
-CLOSE_CALL = OPS_FN + """
+# then the call is counted in (``fan_in``, holding the set while calls wait for a person).
+# Returns {1 when this record won, the fan-in count, 1 when the turn is complete and current,
+# 1 when the run became ``waiting``}.
+CLOSE_CALL = OPS_FN + FANIN_FN + """
 local won = 0
 if ARGV[2] ~= '' then
   local cur = redis.call('HGET', KEYS[1], ARGV[1])
@@ -163,27 +197,10 @@ if ARGV[2] ~= '' then
 end
 apply_ops(5, 10, won == 1)
 if won == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
-redis.call('SADD', KEYS[2], ARGV[1])
-local c = redis.call('SCARD', KEYS[2])
-local w = tonumber(redis.call('HGET', KEYS[3], 'waiting') or '0')
-local waiting = 0
-if w > 0 then
-  redis.call('PERSIST', KEYS[2])
-  if c + w >= tonumber(ARGV[6]) and redis.call('HGET', KEYS[3], 'status') == 'running' then
-    redis.call('HSET', KEYS[3], 'status', 'waiting')
-    waiting = 1
-  end
-else
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-end
-local ready = 0
-if c >= tonumber(ARGV[6]) and tonumber(redis.call('HGET', KEYS[3], 'step_no') or '-1') == tonumber(ARGV[8]) then
-  ready = 1
-end
-if ARGV[9] == '1' then
-  redis.call('ZREM', KEYS[4], ARGV[4])
-  if ready == 1 then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[5]) end
-end
+local due = false
+if ARGV[9] == '1' then due = KEYS[4] end
+local c, ready, waiting = fan_in(KEYS[2], KEYS[3], due, ARGV[1], ARGV[3], ARGV[4], ARGV[5],
+                                 tonumber(ARGV[6]), ARGV[7], ARGV[8], true)
 return {won, c, ready, waiting}
 """
 
@@ -199,18 +216,12 @@ return 1
 # KEYS: fan-in set, run hash, then the due set (single server only, as for COMMIT).
 # ARGV: call id, ttl, tool member, run member, calls in the turn, deadline ms, the turn's
 # step_no. Returns {the set's size, 1 when the turn is complete and still current}. The call
-# is no longer due; once the turn is complete (and current) the run's next step is.
-FANIN = """
-redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-local c = redis.call('SCARD', KEYS[1])
-local ready = 0
-if c >= tonumber(ARGV[5]) and tonumber(redis.call('HGET', KEYS[2], 'step_no') or '-1') == tonumber(ARGV[7]) then
-  ready = 1
-end
-if #KEYS >= 3 then
-  redis.call('ZREM', KEYS[3], ARGV[3])
-  if ready == 1 then redis.call('ZADD', KEYS[3], ARGV[6], ARGV[4]) end
-end
+# is no longer due; once the turn is complete (and current) the run's next step is
+# (``fan_in``, without holding the set).
+FANIN = FANIN_FN + """
+local due = false
+if #KEYS >= 3 then due = KEYS[3] end
+local c, ready = fan_in(KEYS[1], KEYS[2], due, ARGV[1], ARGV[2], ARGV[3], ARGV[4],
+                        tonumber(ARGV[5]), ARGV[6], ARGV[7], false)
 return {c, ready}
 """

@@ -10,8 +10,7 @@ from __future__ import annotations
 import fakeredis
 import pytest
 
-from reactq.shared.stores import runs as run_store_module
-from reactq.shared.stores import dags as dag_store_module
+from reactq.shared.stores import idempotency
 from reactq.shared.stores.dags import DagStore
 from reactq.shared.stores.due import dag_member, run_member
 from reactq.shared.keys import Keys
@@ -34,7 +33,7 @@ def r() -> fakeredis.FakeRedis:
 
 def test_a_run_creator_killed_before_its_claim_leaves_nothing_due(r, monkeypatch) -> None:
     runs = RunStore(r)
-    monkeypatch.setattr(run_store_module, "claim", _die)
+    monkeypatch.setattr(idempotency, "claim", _die)
     with pytest.raises(Killed):
         runs.create("orphan", {"query": "q"}, idempotency_key="line-1")
     assert r.zscore(Keys().due, run_member("orphan")) is None
@@ -50,6 +49,8 @@ def test_a_queued_winner_that_lost_its_due_entry_is_armed_by_the_next_creator(r)
     assert runs.create("again", {"query": "q"}, idempotency_key="k") == ("winner", False)
     assert r.zscore(Keys().due, run_member("winner")) is not None
     assert r.zscore(Keys().due, run_member("again")) is None and not r.exists(Keys().run("again"))
+    for rows in (Keys().runs, Keys().runs_status("queued"), Keys().runs_tenant("default")):
+        assert r.zscore(rows, "again") is None and r.zscore(rows, "winner") is not None
 
 
 def test_runs_without_a_key_are_due_at_once(r) -> None:
@@ -59,7 +60,7 @@ def test_runs_without_a_key_are_due_at_once(r) -> None:
 
 def test_a_dag_creator_killed_before_its_claim_leaves_nothing_due(r, monkeypatch) -> None:
     dags = DagStore(r)
-    monkeypatch.setattr(dag_store_module, "claim", _die)
+    monkeypatch.setattr(idempotency, "claim", _die)
     with pytest.raises(Killed):
         dags.create("orphan", {"goal": "g"}, idempotency_key="k")
     assert r.zscore(Keys().due, dag_member("orphan")) is None
@@ -73,7 +74,7 @@ def test_a_retried_create_reuses_the_run_a_killed_creator_wrote(r, monkeypatch) 
     claim finds the same record instead of leaving an orphan beside a second run."""
     runs = RunStore(r)
     rid = idempotent_id("line-1")
-    monkeypatch.setattr(run_store_module, "claim", _die)
+    monkeypatch.setattr(idempotency, "claim", _die)
     with pytest.raises(Killed):
         runs.create(rid, {"query": "q"}, idempotency_key="line-1")
     monkeypatch.undo()
@@ -94,7 +95,7 @@ def test_a_retried_dag_create_reuses_the_dag_a_killed_creator_wrote(r, monkeypat
     dags = DagStore(r)
     did = idempotent_id("k", kind="dag")
     assert did != idempotent_id("k")  # a run and a DAG with one key are different things
-    monkeypatch.setattr(dag_store_module, "claim", _die)
+    monkeypatch.setattr(idempotency, "claim", _die)
     with pytest.raises(Killed):
         dags.create(did, {"goal": "g"}, idempotency_key="k")
     monkeypatch.undo()
