@@ -372,12 +372,15 @@ class RunStore:
 
     def fanin(self, run_id: str, step_no: int, call_id: str, calls: int) -> int:
         """Count ``call_id`` in; returns how many of the turn's ``calls`` are in. The call
-        stops being due and, once all are in, the run's next step is (same script)."""
+        stops being due and, once all are in, the run's next step is (same script); a run whose
+        other calls wait for a person is left ``waiting`` once this was the last one out."""
         keys = [self.keys.run_fanin(run_id, step_no), self.keys.run(run_id)]
         deadline = deadline_ms(self.due_seconds)
-        count, ready = self._fanin(keys=keys + ([] if self._cluster else [self.keys.due]),
-                                   args=[call_id, max(self.ttl, 3600), tool_member(run_id, call_id),
-                                         run_member(run_id), calls, deadline, step_no])
+        count, ready, waiting = self._fanin(keys=keys + ([] if self._cluster else [self.keys.due]),
+                                            args=[call_id, max(self.ttl, 3600), tool_member(run_id, call_id),
+                                                  run_member(run_id), calls, deadline, step_no])
+        if int(waiting):
+            self.move_status(run_id, "waiting")
         if self._cluster:
             pipe = self.r.pipeline(transaction=False)
             pipe.zrem(self.keys.due, tool_member(run_id, call_id))

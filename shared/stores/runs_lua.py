@@ -215,13 +215,14 @@ return 1
 
 # KEYS: fan-in set, run hash, then the due set (single server only, as for COMMIT).
 # ARGV: call id, ttl, tool member, run member, calls in the turn, deadline ms, the turn's
-# step_no. Returns {the set's size, 1 when the turn is complete and still current}. The call
-# is no longer due; once the turn is complete (and current) the run's next step is
-# (``fan_in``, without holding the set).
+# step_no. Returns {the set's size, 1 when the turn is complete and still current, 1 when the
+# run became ``waiting``}. The call is no longer due; once the turn is complete (and current)
+# the run's next step is (``fan_in``, holding the set while calls wait for a person, as
+# CLOSE_CALL does: a call given up on may be the last one out besides those).
 FANIN = FANIN_FN + """
 local due = false
 if #KEYS >= 3 then due = KEYS[3] end
-local c, ready = fan_in(KEYS[1], KEYS[2], due, ARGV[1], ARGV[2], ARGV[3], ARGV[4],
-                        tonumber(ARGV[5]), ARGV[6], ARGV[7], false)
-return {c, ready}
+local c, ready, waiting = fan_in(KEYS[1], KEYS[2], due, ARGV[1], ARGV[2], ARGV[3], ARGV[4],
+                                 tonumber(ARGV[5]), ARGV[6], ARGV[7], true)
+return {c, ready, waiting}
 """

@@ -66,6 +66,25 @@ def test_every_commit_says_what_is_due_until_the_run_ends(rt: Runtime) -> None:
     assert _due(rt) == {}, "a terminal commit leaves nothing due"
 
 
+def test_a_given_up_call_counted_in_while_another_waits_for_a_person_leaves_the_run_waiting(
+        rt: Runtime) -> None:
+    """The give-up path's fan-in holds the turn like a tool's close does: the set is kept
+    (a person may answer days later) and the run is ``waiting`` once nothing else is out."""
+    store = rt.store
+    rid, _ = store.create("d3", {"query": "q"})
+    st = _state(rid)
+    assert store.commit(rid, st, 0, loop.begin_turn(st))
+    st.phase = "tools"
+    st.pending_calls = [ToolCallRequest(id="c1", name="echo", arguments={}),
+                        ToolCallRequest(id="c2", name="echo", arguments={})]
+    assert store.commit(rid, st, 1, [])
+    rt.redis.hset(rt.keys.run(rid), mapping={"status": "running", "waiting": 1})  # c2 awaits approval
+    assert store.fanin(rid, 2, "c1", 2) == 1
+    assert rt.redis.ttl(rt.keys.run_fanin(rid, 2)) == -1, "kept while a person decides"
+    assert store.fields_of([rid], "status") == [["waiting"]]
+    assert rid.encode() in rt.redis.zrange(rt.keys.runs_status("waiting"), 0, -1)
+
+
 def test_the_watchdog_resends_what_nobody_took_up_once_per_bound(rt: Runtime) -> None:
     sent = _Sent()
     dog = DueWatchdog(rt, sent, recoverers())
