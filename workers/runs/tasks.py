@@ -195,7 +195,7 @@ def _start_watchdog(**_: Any) -> None:
         _watchdog = DueWatchdog(runtime(), send, recoverers(), backlog=backlog)
         _watchdog.start()
         rt = runtime()
-        Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds, backlog=backlog).start()
+        Sweeper(rt.store, send, rt.settings.stall_seconds, backlog=backlog).start()
 
 
 @signals.worker_ready.connect
