@@ -1,7 +1,10 @@
 """The Celery shell's step logic: load → advance the engine one step → commit → enqueue
-what the committed next step needs (one ``match`` on it, ``_enqueue``).
+what the committed next step needs (one ``match`` on it, ``step.enqueue``).
 
-Each function is what one task does; ``workers/runs/tasks.py`` only wires them to Celery.
+Each public function is what one task does; ``workers/runs/tasks.py`` only wires them to
+Celery. A task builds its step context (``workers/runs/step.py``: ``Step``) once from its
+load, and the helpers here take that instead of the runtime, the state, the step number,
+the I/O and ``send`` one by one.
 Every function is safe to run twice for the same step: a stale ``step_no`` is a no-op,
 ``commit`` is compare-and-set, events are published by seq, and the tool ledger makes a
 recorded tool call never run again.
