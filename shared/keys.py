@@ -28,6 +28,7 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``runs:batch:{id}``, ``runs:thread:{id}``, ``runs:schedule:{id}`` | zset | create | refreshed at each create |
 |   the run index behind ``GET /v1/runs`` (``shared/stores/runs_index.py``); members whose run hash
 |   expired are dropped by the listing that meets them
+| ``stall:<run_id>``                | string | workers (SET NX EX)   | the stall window (the sweeper's one resend) |
 | ``lease:{lease-N}:leases``        | zset   | workers               | none (member → expiry ms)   |
 | ``lease:{lease-N}:tasks``         | hash   | workers               | none (member → task spec)   |
 | ``lease:{lease-N}:held:{member}`` | string | workers (SET NX PX)   | the lease TTL               |
@@ -149,6 +150,11 @@ class Keys:
     def tenant_active(self, tenant: str) -> str:
         """A tenant's active runs (zset: run id → created_at), for ``max_active_runs``."""
         return f"{self.prefix}tenant:{{{tenant}}}:active"
+
+    def stall(self, run_id: str) -> str:
+        """Set (with a TTL) by the stall sweeper that resent the run: one resend per window
+        for the whole fleet (workers/recovery/sweeper.py)."""
+        return f"{self.prefix}stall:{run_id}"
 
     @property
     def runs(self) -> str:

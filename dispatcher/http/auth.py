@@ -14,14 +14,12 @@ tenant's id → 404, exactly as an id that does not exist)::
 
 and a route of another kind checks its record in one line::
 
-    caller = await owned(request, gw, gw.keys.schedule(sid), "schedules:write", "schedule", sid)
+    caller = await owned(request, gw, schedule_record(gw.keys, sid), "schedules:write")
 """
 
 from __future__ import annotations
 
 import hmac
-import inspect
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -31,9 +29,9 @@ from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
 from reactq.dispatcher.http.middleware import OPEN_PATHS, ASGIApp, Receive, Scope, Send, send_json
 from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RunNotFound
-from reactq.shared.keys import Keys
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
-from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owner_of
+from reactq.shared.stores.records import Record, batch_record, dag_record, run_record, schedule_record
+from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT
 
 __all__ = ["ApprovalWrite", "BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
            "RunRead", "RunWrite", "ScheduleRead", "ScheduleWrite", "caller_of", "need", "owned"]
@@ -116,44 +114,44 @@ def need(scope: str) -> Any:
     return Depends(dep)
 
 
-async def owned(request: Request, gw: Gateway, hash_key: str, scope: str, what: str, ident: str,
-                *, present: str = "status") -> Caller:
-    """The caller, if it has ``scope`` and may see the record ``hash_key`` (a hash with a
-    ``present`` field — ``status`` for runs, DAGs and batches — and ``tenant``); 403 / 404
+async def owned(request: Request, gw: Gateway, record: Record, scope: str) -> Caller:
+    """The caller, if it has ``scope`` and may see ``record`` (its tenant's); 403 / 404
     otherwise: another tenant's record is exactly as absent as one that never existed."""
     caller = caller_of(request)
     if not caller.may(scope):
         raise Forbidden(scope)
-    found, tenant = await gw.aredis.hmget(hash_key, [present, "tenant"])
-    if found is None or not caller.sees(owner_of(tenant)):
-        raise RunNotFound(f"no {what} with id {ident!r} (it may have expired)")
+    owner = await record.owner(gw.aredis)
+    if owner is None or not caller.sees(owner):
+        raise RunNotFound(f"no {record.what} with id {record.ident!r} (it may have expired)")
     return caller
 
 
-def _owned_id(param: str, what: str, record: Callable[[Keys, str], str], *,
-              present: str = "status") -> Callable[[str], Any]:
-    """Path dependencies for one kind of record: ``dependency(scope)`` takes the id from the
-    path parameter ``param`` (an ``IdPath``), checks it with ``owned`` (the hash
-    ``record(keys, id)``, ``what`` in the 404) and returns it."""
-    def dependency(scope: str) -> Any:
-        async def dep(request: Request, gw: Gateway, **path: str) -> str:
-            ident = path[param]
-            await owned(request, gw, record(gw.keys, ident), scope, what, ident, present=present)
-            return ident
-        # FastAPI reads the parameters from the signature: the path parameter by its name.
-        dep.__signature__ = inspect.Signature([  # type: ignore[attr-defined]
-            inspect.Parameter(param, inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=IdPath),
-            inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=Request),
-            inspect.Parameter("gw", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=GatewayDep)],
-            return_annotation=str)
-        return Depends(dep)
-    return dependency
+def _run(scope: str) -> Any:
+    async def dep(run_id: IdPath, request: Request, gw: GatewayDep) -> str:
+        await owned(request, gw, run_record(gw.keys, run_id), scope)
+        return run_id
+    return Depends(dep)
 
 
-_run = _owned_id("run_id", "run", Keys.run)
-_dag = _owned_id("dag_id", "DAG", Keys.dag)
-_batch = _owned_id("batch_id", "batch", Keys.batch)
-_schedule = _owned_id("schedule_id", "schedule", Keys.schedule, present="spec")
+def _dag(scope: str) -> Any:
+    async def dep(dag_id: IdPath, request: Request, gw: GatewayDep) -> str:
+        await owned(request, gw, dag_record(gw.keys, dag_id), scope)
+        return dag_id
+    return Depends(dep)
+
+
+def _batch(scope: str) -> Any:
+    async def dep(batch_id: IdPath, request: Request, gw: GatewayDep) -> str:
+        await owned(request, gw, batch_record(gw.keys, batch_id), scope)
+        return batch_id
+    return Depends(dep)
+
+
+def _schedule(scope: str) -> Any:
+    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep) -> str:
+        await owned(request, gw, schedule_record(gw.keys, schedule_id), scope)
+        return schedule_id
+    return Depends(dep)
 
 
 RunRead = Annotated[str, _run("runs:read")]

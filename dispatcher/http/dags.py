@@ -32,6 +32,7 @@ from reactq.shared.stores.dags import DagNotFound, public_view
 from reactq.shared.errors import RequestError
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.listing import dag_index, dag_row
+from reactq.shared.stores.records import dag_record
 
 __all__ = ["router"]
 
@@ -75,7 +76,7 @@ def get_dag(dag_id: DagRead, gw: GatewayDep) -> Any:
 async def dag_events(dag_id: DagRead, gw: GatewayDep, after: AfterQuery = None,
                      last_event_id: LastEventId = None) -> Any:
     """Server-sent events of the DAG (``Event``); reconnect with ``Last-Event-ID`` to get what was missed."""
-    return await events_response(gw, gw.keys.dag(dag_id), gw.keys.dag_events(dag_id), TERMINAL_DAG_STATUSES,
+    return await events_response(gw, dag_record(gw.keys, dag_id), TERMINAL_DAG_STATUSES,
                                  DagNotFound(f"no DAG with id {dag_id!r} (it may have expired)"),
                                  after, last_event_id)
 

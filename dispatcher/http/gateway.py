@@ -126,10 +126,6 @@ class Gateway:
     def batches(self) -> BatchStore:
         return BatchStore(self.dispatcher.redis, self.keys, self.settings.run_ttl_seconds)
 
-    async def status_of(self, key: str) -> str | None:
-        raw = await self.aredis.hget(key, "status")
-        return raw.decode() if isinstance(raw, bytes) else raw
-
     def start_batch(self, batch_id: str) -> None:
         """Drive a batch in the batch pool; the task set keeps a reference until it ends."""
         fut = asyncio.get_running_loop().run_in_executor(

@@ -30,6 +30,7 @@ from reactq.shared.api.runs import (
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
 from reactq.shared.requests import RunRequest
+from reactq.shared.stores.records import run_record
 
 router = APIRouter(tags=["runs"])
 
@@ -71,7 +72,7 @@ async def run_events(run_id: RunRead, gw: GatewayDep, after: AfterQuery = None,
                      last_event_id: LastEventId = None) -> Any:
     """Server-sent events (``Event``); reconnect with ``Last-Event-ID`` to get exactly what was
     missed. The stream ends after ``done``."""
-    return await events_response(gw, gw.keys.run(run_id), gw.keys.run_events(run_id), TERMINAL_STATUSES,
+    return await events_response(gw, run_record(gw.keys, run_id), TERMINAL_STATUSES,
                                  RunNotFound(f"no run with id {run_id!r} (it may have expired)"),
                                  after, last_event_id)
 

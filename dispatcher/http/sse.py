@@ -25,6 +25,7 @@ from reactq.dispatcher.http.errors import field_error, not_found
 from reactq.dispatcher.http.hub import Ended, Entry, StreamHub, parse_id, to_entry
 from reactq.shared.errors import RunNotFound
 from reactq.shared.inputs import stream_id_problem
+from reactq.shared.stores.records import Record
 
 if TYPE_CHECKING:
     from reactq.dispatcher.http.gateway import Gateway
@@ -156,21 +157,21 @@ async def event_stream(hub: StreamHub, r: aioredis.Redis, key: str, cursor: str 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-async def events_response(gw: Gateway, hash_key: str, events_key: str, terminal: Collection[str],
+async def events_response(gw: Gateway, record: Record, terminal: Collection[str],
                           missing: RunNotFound, after: str | None, last_event_id: str | None) -> Any:
     """``GET /v1/runs/{id}/events`` and ``GET /v1/dags/{id}/events``: 422 for a bad cursor,
-    404 (``missing``) when the hash ``hash_key`` is gone, else the SSE stream of
-    ``events_key``, which ends once the hash's status is in ``terminal``."""
+    404 (``missing``) when ``record`` is gone, else the SSE stream of its events, which ends
+    once its status is in ``terminal``."""
     cursor = last_event_id or after  # the header is the newer position on a reconnect
     if (why := check_cursor(cursor)) is not None:
         return field_error("last-event-id" if last_event_id else "after", why,
                            where="header" if last_event_id else "query")
 
     async def ended() -> bool | None:
-        status = await gw.status_of(hash_key)
+        status = await record.status(gw.aredis)
         return None if status is None else status in terminal
 
-    if await gw.hub.ended(events_key, ended) is None:  # shared with the stream's own first check
+    if await gw.hub.ended(record.events_key, ended) is None:  # shared with the stream's own first check
         return not_found(missing)
-    return StreamingResponse(event_stream(gw.hub, gw.aredis, events_key, cursor, ended, gw.keepalive),
+    return StreamingResponse(event_stream(gw.hub, gw.aredis, record.events_key, cursor, ended, gw.keepalive),
                              media_type="text/event-stream", headers=SSE_HEADERS)

@@ -25,6 +25,7 @@ from typing import Any, assert_never, get_args
 
 import redis
 
+from reactq.shared.stores.crashes import FIELD as CRASH_FIELD, count_crash
 from reactq.shared.stores.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
 from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
 from reactq.shared.engine.result import turn_summary
@@ -97,6 +98,17 @@ class RunRecord:
     """Whether a call of the run ever waited (approval events then moved ``pub_seq``)."""
     tenant: str = DEFAULT_TENANT
     """Who owns the run (the tenant of the key that made it)."""
+
+
+@dataclass(frozen=True)
+class RunActivity:
+    """Whether a run moves (the stall sweeper's view): its status, when its record last
+    changed, and whether a task holds its lease."""
+
+    run_id: str
+    status: str | None
+    updated_at: float | None
+    held: bool
 
 
 class RunStore:
@@ -228,6 +240,29 @@ class RunStore:
         for rid in run_ids:
             pipe.hmget(self.keys.run(rid), *names)
         return [[None if v is None else text(v) for v in row] for row in pipe.execute()]
+
+    def count_crash(self, run_id: str, step_no: int, died: bool, call_id: str | None = None) -> int:
+        """Count one resend of the run's step ``step_no`` (of its tool call ``call_id``), a
+        crash if ``died``; the crashes of that step so far (``reactq.shared.stores.crashes``)."""
+        field = f"{CRASH_FIELD}:{call_id}" if call_id else CRASH_FIELD
+        return count_crash(self.r, self.keys.run(run_id), field, step_no, died)
+
+    def activity(self, newest: int) -> list[RunActivity]:
+        """The ``newest`` runs of the index as ``RunActivity``, in one round trip after the
+        index's (None: no such field or run)."""
+        ids = [text(i) for i in self.r.zrevrange(self.keys.runs, 0, newest - 1)]
+        pipe = self.r.pipeline(transaction=False)
+        for rid in ids:
+            pipe.hmget(self.keys.run(rid), "status", "updated_at")
+            pipe.exists(self.keys.lease(run_member(rid)))
+        rows = pipe.execute() if ids else []
+        return [RunActivity(rid, None if status is None else text(status), float(updated) if updated else None,
+                            bool(held))
+                for rid, (status, updated), held in zip(ids, rows[0::2], rows[1::2], strict=True)]
+
+    def claim_resume(self, run_id: str, seconds: int) -> bool:
+        """True for the first caller in ``seconds`` (one stall resend for the whole fleet)."""
+        return bool(self.r.set(self.keys.stall(run_id), "1", nx=True, ex=seconds))
 
     def exists(self, run_id: str) -> bool:
         return bool(self.r.exists(self.keys.run(run_id)))

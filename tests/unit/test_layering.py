@@ -270,3 +270,51 @@ def test_nothing_writes_the_environment():
                          and not ln.strip().startswith("#")]
                 assert not [ln for ln in lines if spelled != "os.environ[" or "] =" in ln], \
                     f"{path.relative_to(ROOT)} writes the environment: {lines}"
+
+
+# -- the run store owns the run's keys ---------------------------------------------------
+
+#: Where a run's keys may be spelled: the stores, and the key list itself.
+RUN_KEYS_OUTSIDE_STORES = {"shared/keys.py"}
+
+
+def _run_key_names() -> set[str]:
+    """The ``Keys`` members that name a run's keys or the run index (``run``, ``run_events``,
+    ``runs``, ``runs_status``, ...)."""
+    from reactq.shared.keys import Keys
+
+    return {name for name in vars(Keys) if name == "run" or name.startswith(("run_", "runs"))}
+
+
+def _run_keys_spelled(source: str, names: set[str]) -> list[str]:
+    """``keys.run(...)``, ``self.rt.keys.run_events(...)``, ``Keys().runs``: a member of
+    ``names`` read off something named ``keys`` / ``Keys`` (``rt.run(coro)`` is not one)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            owner = ast.unparse(node.value)
+            if owner.split(".")[-1].lower() in {"keys", "keys()", "k"}:
+                found.append((node.lineno, f"line {node.lineno}: {owner}.{node.attr}"))
+    return [spelled for _, spelled in sorted(found)]
+
+
+def test_only_the_stores_spell_a_runs_keys():
+    """The run hash, its events, interrupts and ledger, and the run index are read and written
+    by ``shared/stores/`` (``RunStore`` and its neighbours): no other module names their keys."""
+    names = _run_key_names()
+    assert {"run", "run_events", "runs"} <= names
+    for folder in ("shared", "workers", "dispatcher"):
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith("shared/stores/") or rel in RUN_KEYS_OUTSIDE_STORES:
+                continue
+            bad = _run_keys_spelled(path.read_text(), names)
+            assert not bad, f"{rel} spells a run's keys ({bad}): ask the run store instead"
+
+
+def test_the_run_key_check_sees_each_spelling():
+    names = _run_key_names()
+    source = ("a = keys.run(rid)\nb = self.rt.keys.run_events(rid)\nc = gw.keys.runs\n"
+              "d = Keys().run_tools(rid)\ne = rt.run(coro)\nf = read.run(client)\ng = K.run(rid)\n")
+    assert [f.split(":")[0] for f in _run_keys_spelled(source, names)] == [
+        "line 1", "line 2", "line 3", "line 4", "line 7"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fakeredis
 
 from reactq.shared.keys import Keys
+from reactq.shared.stores.runs import RunStore
 from reactq.workers.recovery.sweeper import Sweeper, stalled
 
 
@@ -21,14 +22,14 @@ def test_only_unfinished_unchanged_unheld_runs_are_stalled() -> None:
     _run(r, keys, "done", "succeeded", 100.0)
     _run(r, keys, "held", "running", 100.0)
     r.set(keys.lease("run:held"), "token")
-    assert sorted(stalled(r, keys, stall=60, now=200.0)) == ["old", "queued-old"]
+    assert sorted(stalled(RunStore(r, keys=keys), stall=60, now=200.0)) == ["old", "queued-old"]
 
 
 def test_a_stalled_run_is_resent_once_per_window_for_the_fleet() -> None:
     r, keys = fakeredis.FakeRedis(), Keys()
     _run(r, keys, "old", "running", 1.0)
     sent: list[tuple[str, list, str]] = []
-    a = Sweeper(r, keys, lambda t, args, q: sent.append((t, args, q)), stall=60)
-    b = Sweeper(r, keys, lambda t, args, q: sent.append((t, args, q)), stall=60)
+    a = Sweeper(RunStore(r, keys=keys), lambda t, args, q: sent.append((t, args, q)), stall=60)
+    b = Sweeper(RunStore(r, keys=keys), lambda t, args, q: sent.append((t, args, q)), stall=60)
     assert a.sweep() == ["old"] and b.sweep() == []
     assert sent == [("reactq.iterate", ["old", None], "reactq.runs")]

@@ -18,12 +18,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
-import redis
-
-from reactq.shared.keys import Keys
-from reactq.shared.stores.due import run_member
+from reactq.shared.stores.runs import RunStore
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers.recovery.backlog import Backlog
 
@@ -34,41 +31,33 @@ NEWEST = 2000
 Send = Callable[[str, list[Any], str], None]
 
 
-def stalled(r: redis.Redis, keys: Keys, stall: float, now: float | None = None,
+def stalled(runs: RunStore, stall: float, now: float | None = None,
             backlog: Backlog | None = None) -> list[str]:
     """Ids of recent runs that are unfinished, unchanged for ``stall`` s and not held (and,
     given a ``backlog``, unchanged since before the runs queue was last seen empty)."""
     now = time.time() if now is None else now
-    ids = [i.decode() for i in cast(list[bytes], r.zrevrange(keys.runs, 0, NEWEST - 1))]
-    pipe = r.pipeline(transaction=False)
-    for run_id in ids:
-        pipe.hmget(keys.run(run_id), "status", "updated_at")
-        pipe.exists(keys.lease(run_member(run_id)))
-    rows = pipe.execute()
     out = []
-    for n, run_id in enumerate(ids):
-        (status, updated), held = rows[2 * n], rows[2 * n + 1]
-        changed = float(updated or now)
-        if status in (b"queued", b"running") and not held and now - changed > stall and (
+    for run in runs.activity(NEWEST):
+        changed = now if run.updated_at is None else run.updated_at
+        if run.status in ("queued", "running") and not run.held and now - changed > stall and (
                 backlog is None or backlog.clear_since(RUNS_QUEUE, changed)):
-            out.append(run_id)
+            out.append(run.run_id)
     return out
 
 
 class Sweeper(threading.Thread):
     """One per worker process, next to the lease watchdog."""
 
-    def __init__(self, r: redis.Redis, keys: Keys, send: Send, stall: float,
-                 backlog: Backlog | None = None) -> None:
+    def __init__(self, runs: RunStore, send: Send, stall: float, backlog: Backlog | None = None) -> None:
         super().__init__(daemon=True, name="reactq-sweeper")
-        self.r, self.keys, self.send, self.stall, self.backlog = r, keys, send, stall, backlog
+        self.runs, self.send, self.stall, self.backlog = runs, send, stall, backlog
         self.stopped = threading.Event()
 
     def sweep(self) -> list[str]:
         resent = []
-        for run_id in stalled(self.r, self.keys, self.stall, backlog=self.backlog):
+        for run_id in stalled(self.runs, self.stall, backlog=self.backlog):
             # One resend per stall window for the whole fleet.
-            if self.r.set(f"{self.keys.prefix}stall:{run_id}", "1", nx=True, ex=max(1, int(self.stall))):
+            if self.runs.claim_resume(run_id, max(1, int(self.stall))):
                 log.warning("resuming run %s: unchanged for %.0fs and nobody holds it", run_id, self.stall)
                 self.send(ITERATE, [run_id, None], RUNS_QUEUE)
                 resent.append(run_id)

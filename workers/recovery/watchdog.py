@@ -32,7 +32,6 @@ a tool call is answered with an error observation (``error`` event ``kind:
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -41,6 +40,7 @@ from typing import Any
 
 import redis
 
+from reactq.shared.stores.crashes import FIELD as CRASH_FIELD, count_crash
 from reactq.shared.stores.due import Member, now_ms, parse_member
 from reactq.shared.wire import RUNS_QUEUE, TOOLS_QUEUE
 from reactq.workers.recovery.backlog import Backlog
@@ -83,24 +83,16 @@ class Crashes:
 
     def count(self, hash_key: str, field: str, step: int, died: bool) -> int:
         """Count one resend (and a crash if ``died``) of ``step``; returns the crashes so far."""
-        r = self.rt.redis
-        raw = r.hget(hash_key, field)
-        rec: dict[str, int] = json.loads(raw) if raw else {}
-        if rec.get("step") != step:
-            rec = {"step": step, "resends": 0, "crashes": 0}
-        rec["resends"] += 1
-        rec["crashes"] += int(died)
-        r.hset(hash_key, field, json.dumps(rec))
-        return rec["crashes"]
+        return count_crash(self.rt.redis, hash_key, field, step, died)
 
     def run(self, run_id: str, step_no: int, died: bool) -> int:
-        return self.count(self.rt.keys.run(run_id), "due_n", step_no, died)
+        return self.rt.store.count_crash(run_id, step_no, died)
 
     def tool(self, run_id: str, call_id: str, step_no: int, died: bool) -> int:
-        return self.count(self.rt.keys.run(run_id), f"due_n:{call_id}", step_no, died)
+        return self.rt.store.count_crash(run_id, step_no, died, call_id=call_id)
 
     def dag(self, dag_id: str, version: int, died: bool) -> int:
-        return self.count(self.rt.keys.dag(dag_id), "due_n", version, died)
+        return self.count(self.rt.keys.dag(dag_id), CRASH_FIELD, version, died)
 
 
 class DueWatchdog(threading.Thread):

@@ -8,7 +8,7 @@ DAG step's parent is told its child ended. A new end-of-run concern is one more 
 A listener is told again when a task redelivered after a crash finds the run already ended
 (the crash may have come between the commit and the listeners), so every listener must be
 idempotent. A run that no listener wants hands its lease over in its final commit's round
-trip (``drive._commit``); a run without a thread or a DAG parent pays a dict lookup per
+trip (``step.commit``); a run without a thread or a DAG parent pays a dict lookup per
 listener.
 """
 
@@ -51,7 +51,7 @@ def _tell_dag(rt: Runtime, state: RunState, send: Send) -> None:
 ON_RUN_END: tuple[EndListener, ...] = (
     EndListener("dag_parent", lambda s: _dag_parent(s) is not None, _tell_dag),
     EndListener("thread", lambda s: bool(s.thread_id), threads.ended),
-    # The message was armed by the final commit itself (drive._save): a crash before this
+    # The message was armed by the final commit itself (step.save): a crash before this
     # send leaves it to the watchdog.
     EndListener("webhook", lambda s: s.webhook_on_done,
                 lambda rt, s, send: webhooks.send_done("run", s.run_id, send)),

@@ -80,7 +80,7 @@ def answer(self: Any, run_id: str, step_no: int | None = None) -> None:
 
 
 def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
-              step: Callable[[Runtime, str, int | None, Send, RunRecord | None], None]) -> None:
+              step: Callable[[Runtime, RunRecord, int | None, Send], None]) -> None:
     """A run's step task (``iterate`` / ``answer``): holds the run's lease while ``step`` runs.
     The lease's resend spec is always ``name`` resuming whatever is current."""
     step_no = _resume_step(task, step_no)
@@ -94,7 +94,7 @@ def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
             rec = held.value()
             if not _run_crashed_too_often(rt, run_id, rec):
                 faults.point("in_lease", name, run_id)
-                step(rt, run_id, step_no, send, rec)
+                step(rt, rec or load.run(rt.redis), step_no, send)
 
 
 def _run_crashed_too_often(rt: Runtime, run_id: str, rec: RunRecord | None) -> bool:
@@ -195,7 +195,7 @@ def _start_watchdog(**_: Any) -> None:
         _watchdog = DueWatchdog(runtime(), send, recoverers(), backlog=backlog)
         _watchdog.start()
         rt = runtime()
-        Sweeper(rt.redis, rt.keys, send, rt.settings.stall_seconds, backlog=backlog).start()
+        Sweeper(rt.store, send, rt.settings.stall_seconds, backlog=backlog).start()
 
 
 @signals.worker_ready.connect
