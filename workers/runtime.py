@@ -31,7 +31,8 @@ from reactq.shared.stores.calls import CallLedger
 from reactq.shared.stores.flow import FlowLimiter
 from reactq.shared.stores.roundtrip import defer
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
-from reactq.shared.stores.runs import RunStore, cost_op, spend_op
+from reactq.shared.stores.run_hash import cost_op, spend_op
+from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.spend import TenantSpend
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks

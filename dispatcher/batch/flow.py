@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
-from reactq.shared.stores.runs import COST_FIELD, SPENT_FIELD
+from reactq.shared.stores.run_hash import COST_FIELD, SPENT_FIELD
 
 if TYPE_CHECKING:
     from reactq.dispatcher.batch.driver import BatchDriver

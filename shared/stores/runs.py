@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, assert_never, get_args
 
 import redis
@@ -29,10 +27,11 @@ from reactq.shared.stores.crashes import FIELD as CRASH_FIELD, count_crash
 from reactq.shared.stores.due import PARKED_MS, deadline_ms, now_ms, run_member, tool_member
 from reactq.shared.engine.next import Answer, CallLLM, Done, Next, RunTools, SelectTools, next_step
 from reactq.shared.engine.result import turn_summary
-from reactq.shared.engine.state import Interrupt, RunState, Status, ToolOutcome, dump_state, load_state
+from reactq.shared.engine.state import Interrupt, RunState, Status, ToolOutcome, dump_state
 from reactq.shared.errors import RunNotFound
 from reactq.shared.events import Event, dumps
 from reactq.shared.stores.idempotency import create_once
+from reactq.shared.stores.run_hash import RunActivity, RunRecord, interrupts_of, outcomes_of, record_of
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.roundtrip import Op, Read, checked, execute, failed
@@ -42,74 +41,6 @@ from reactq.shared.tenancy import DEFAULT_TENANT, owner_of, thread_key
 
 # The statuses the run index keeps a set for.
 RUN_STATUSES: tuple[str, ...] = get_args(Status)
-
-#: The run hash's field that adds up the LLM tokens a run was billed (its ``token_budget``'s
-#: spend, and a batch's: ``dispatcher/batch/flow.py``).
-SPENT_FIELD = "tokens_spent"
-
-
-def spend_op(keys: Keys, run_id: str, tokens: int) -> Op:
-    """Add ``tokens`` to the run's recorded spend."""
-    return Op(("HINCRBY", keys.run(run_id), SPENT_FIELD, tokens))
-
-
-def spent_op(keys: Keys, run_id: str) -> Op:
-    """Read the run's recorded spend (a reply of None: nothing spent yet)."""
-    return Op(("HGET", keys.run(run_id), SPENT_FIELD))
-
-
-#: The run hash's field that adds up the dollars a run was billed (priced calls; its
-#: ``cost_budget_usd``'s spend, and a batch's).
-COST_FIELD = "cost_spent"
-
-
-def cost_op(keys: Keys, run_id: str, cost: float) -> Op:
-    """Add ``cost`` dollars to the run's recorded spend."""
-    return Op(("HINCRBYFLOAT", keys.run(run_id), COST_FIELD, repr(cost)))
-
-
-def spending_op(keys: Keys, run_id: str) -> Op:
-    """Read the run's recorded (tokens, dollars)."""
-    return Op(("HMGET", keys.run(run_id), SPENT_FIELD, COST_FIELD))
-
-
-@dataclass
-class RunRecord:
-    """A run as stored: state (None before the first step), bookkeeping fields."""
-
-    run_id: str
-    status: str
-    step_no: int
-    pub_seq: int
-    state: RunState | None
-    request: dict[str, Any]
-    cancel: bool
-    created_at: float
-    result: dict[str, Any] | None
-    interrupts: list[Interrupt] | None = None
-    """With ``load_step``: the interrupts after the committed cursor."""
-    ledger: dict[str, dict[str, Any]] | None = None
-    """With ``load_step``: the ledger records of the pending turn's calls (those written)."""
-    turn_began: float | None = None
-    """When the pending tool turn's LLM call began (metrics: the turn's duration)."""
-    waiting: int = 0
-    """Calls of the pending turn that wait for a person's decision."""
-    waiting_seen: bool = False
-    """Whether a call of the run ever waited (approval events then moved ``pub_seq``)."""
-    tenant: str = DEFAULT_TENANT
-    """Who owns the run (the tenant of the key that made it)."""
-
-
-@dataclass(frozen=True)
-class RunActivity:
-    """Whether a run moves (the stall sweeper's view): its status, when its record last
-    changed, and whether a task holds its lease."""
-
-    run_id: str
-    status: str | None
-    updated_at: float | None
-    held: bool
-
 
 class RunStore:
     """Synchronous access to runs (workers, CLI). One instance per process is enough."""
@@ -206,7 +137,7 @@ class RunStore:
             pipe.expire(index, self._index_ttl)
 
     def load(self, run_id: str) -> RunRecord:
-        return _record(run_id, {text(k): v for k, v in self.r.hgetall(self.keys.run(run_id)).items()})
+        return record_of(run_id, {text(k): v for k, v in self.r.hgetall(self.keys.run(run_id)).items()})
 
     def load_step(self, run_id: str) -> Read[RunRecord]:
         """What a step needs, in one script call (``RunRecord`` with ``interrupts`` and
@@ -215,8 +146,8 @@ class RunStore:
 
         def parse(replies: list[Any]) -> RunRecord:
             flat, entries, ids, recs = replies[0]
-            rec = _record(run_id, {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)})
-            rec.interrupts = _interrupts(entries)
+            rec = record_of(run_id, {text(flat[i]): flat[i + 1] for i in range(0, len(flat), 2)})
+            rec.interrupts = interrupts_of(entries)
             rec.ledger = {text(i): json.loads(r) for i, r in zip(ids, recs, strict=True) if r}
             return rec
 
@@ -230,7 +161,7 @@ class RunStore:
         replies = execute(self.r, [*(then or []), Op.call(self._after_llm, keys, [cursor or ""])])
         failed(replies[:-1])
         entries, cancel = checked(replies[-1])
-        return _interrupts(entries), text(cancel) == "1"
+        return interrupts_of(entries), text(cancel) == "1"
 
     def fields_of(self, run_ids: list[str], *names: str) -> list[list[str | None]]:
         """``names`` of each run's record, in one round trip (None: no such field or run)."""
@@ -369,7 +300,7 @@ class RunStore:
         return msg_id
 
     def interrupts_after(self, run_id: str, cursor: str | None) -> list[Interrupt]:
-        return _interrupts(entries_after(self.r, self.keys.run_interrupts(run_id), cursor))
+        return interrupts_of(entries_after(self.r, self.keys.run_interrupts(run_id), cursor))
 
     def request_cancel(self, run_id: str) -> None:
         self.r.hset(self.keys.run(run_id), "cancel", "1")
@@ -447,36 +378,3 @@ def _due_args(run_id: str, nxt: Next, bound: float) -> list[Any]:
             return [1, member, due, member]
         case _:
             assert_never(nxt)
-
-
-def _record(run_id: str, f: dict[str, Any]) -> RunRecord:
-    """A run hash (field names as text) as a ``RunRecord``."""
-    if not f:
-        raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-    began = f.get("turn_began")
-    return RunRecord(
-        run_id=run_id, status=text(f.get("status", b"queued")), step_no=int(f.get("step_no", 0)),
-        pub_seq=int(f.get("pub_seq", 0)), state=load_state(f["state"]) if "state" in f else None,
-        request=json.loads(f["request"]) if "request" in f else {},
-        cancel=text(f.get("cancel", b"0")) == "1", created_at=float(f.get("created_at", 0)),
-        result=json.loads(f["result"]) if "result" in f else None,
-        turn_began=float(began) if began else None, tenant=owner_of(f.get("tenant")),
-        waiting=int(f.get("waiting", 0) or 0), waiting_seen="waiting" in f,
-    )
-
-
-def _interrupts(entries: list[Any]) -> list[Interrupt]:
-    """Interrupt stream entries (fields as a dict, or as a flat list from a script)."""
-    out = []
-    for entry_id, fields in entries:
-        pairs: Iterable[tuple[Any, Any]] = (
-            fields.items() if isinstance(fields, dict) else zip(fields[::2], fields[1::2], strict=True))
-        f = {text(k): text(v) for k, v in pairs}
-        out.append(Interrupt(id=f.get("id", text(entry_id)), content=f["content"], cursor=text(entry_id)))
-    return out
-
-
-def outcomes_of(records: dict[str, dict[str, Any]], call_ids: list[str]) -> dict[str, ToolOutcome]:
-    """The recorded outcomes (status ``done``) among ledger ``records``, for ``call_ids``."""
-    return {cid: ToolOutcome.model_validate(rec["outcome"]) for cid in call_ids
-            if (rec := records.get(cid)) is not None and rec.get("status") == "done"}

@@ -35,7 +35,7 @@ from reactq.shared.engine.next import Advance, Answer, CallLLM, Done, RunTools, 
 from reactq.shared.engine.state import TERMINAL_STATUSES, RunState, ToolOutcome
 from reactq.shared.events import Event
 from reactq.shared.models import ToolCallRequest
-from reactq.shared.stores.runs import RunRecord, outcomes_of
+from reactq.shared.stores.run_hash import RunRecord, outcomes_of
 from reactq.workers.runs.stepio import LoadedIO
 from reactq.shared.errors import RateLimited
 from reactq.shared.wire import ANSWER, ITERATE, TOOL

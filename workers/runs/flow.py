@@ -39,7 +39,7 @@ from reactq.shared.llm.base import LLM
 from reactq.shared.llm.pricing import Price, reserve_cost
 from reactq.shared.stores.due import run_member
 from reactq.shared.stores.roundtrip import checked, execute, failed, take
-from reactq.shared.stores.runs import spending_op
+from reactq.shared.stores.run_hash import spending_op
 from reactq.shared.settings import Settings
 from reactq.shared.stores.spend import TenantSpend
 from reactq.shared.tenants import quota_of

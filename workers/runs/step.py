@@ -24,7 +24,7 @@ from reactq.shared.events import Event
 from reactq.shared.inprocess import new_state
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.roundtrip import take
-from reactq.shared.stores.runs import RunRecord
+from reactq.shared.stores.run_hash import RunRecord
 from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.workers import faults, metrics, webhooks

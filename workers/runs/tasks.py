@@ -30,7 +30,7 @@ from reactq.shared.redisconn import check_cluster_mode
 from reactq.shared.stores.roundtrip import riding
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.stores.due import run_member, tool_member
-from reactq.shared.stores.runs import RunRecord
+from reactq.shared.stores.run_hash import RunRecord
 from reactq.shared.tools.mcp import close_hub
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOK
 from reactq.workers import faults, webhooks

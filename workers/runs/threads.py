@@ -13,7 +13,7 @@ from reactq.shared.engine import ending
 from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
-from reactq.shared.stores.runs import RunRecord
+from reactq.shared.stores.run_hash import RunRecord
 from reactq.shared.stores.threads import (
     ThreadStore,
     arm_first_step,
