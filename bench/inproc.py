@@ -17,7 +17,7 @@ from typing import Any
 from bench.report import Figure, median
 from bench.script import Scenario
 from reactq.shared.engine.context import ContextGuard
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.inprocess import run_local
 from reactq.shared.llm.testing import FunctionLLM, text, tool_calls

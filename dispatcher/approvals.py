@@ -4,15 +4,24 @@ take it in its script (``reactq.shared.stores.approvals``), send what it made du
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from reactq.shared.engine.approval import DECIDED
 from reactq.shared.errors import RequestError
-
-if TYPE_CHECKING:
-    from reactq.dispatcher.client import Dispatcher
+from reactq.shared.stores.approvals import ApprovalStore
+from reactq.shared.stores.runs import RunStore
 
 MAX_MESSAGE = 20_000
+
+
+class ApprovalDoor(Protocol):
+    """What ``decide`` uses of the dispatcher (``Dispatcher`` fits)."""
+
+    @property
+    def approvals(self) -> ApprovalStore: ...
+    @property
+    def store(self) -> RunStore: ...
+    def send(self, task: str, args: list[Any], queue: str = ...) -> None: ...
 
 
 def check(decision: str, args: dict[str, Any] | None, message: str | None) -> None:
@@ -29,7 +38,7 @@ def check(decision: str, args: dict[str, Any] | None, message: str | None) -> No
         raise RequestError(f"message: at most {MAX_MESSAGE} characters", field="message")
 
 
-def decide(d: Dispatcher, run_id: str, approval_id: str, decision: str, *, args_digest: str | None,
+def decide(d: ApprovalDoor, run_id: str, approval_id: str, decision: str, *, args_digest: str | None,
            args: dict[str, Any] | None = None, message: str | None = None,
            by: str | None = None) -> dict[str, Any]:
     """Take ``decision`` and send what it made due; ``{approval_id, status}``."""

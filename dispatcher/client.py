@@ -32,6 +32,8 @@ from reactq.shared.settings import Settings
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.dispatcher.approvals import decide
+from reactq.dispatcher.threads import submit_on_thread
 from reactq.dispatcher.webhooks import check_webhook
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
 from reactq.shared.stores.idempotency import idempotent_id
@@ -130,8 +132,6 @@ class RunHandle:
         ``args_digest``: that of the arguments the decider saw (default: the pending
         request's, read now). Returns ``{approval_id, status}``; ``ApprovalConflict`` when it
         was decided already or the digest differs, ``RunNotFound`` for an unknown id."""
-        from reactq.dispatcher.approvals import decide
-
         return decide(self.d, self.run_id, approval_id, decision, args_digest=args_digest, args=args,
                       message=message, by=by)
 
@@ -242,8 +242,6 @@ class Dispatcher:
         req = self.validate(request)
         self.check_tenant_cap(req.model, tenant)
         if req.thread_id is not None:
-            from reactq.dispatcher.threads import submit_on_thread
-
             sub = submit_on_thread(self, req, run_id, tenant=tenant)
             handle = RunHandle(self, sub.run_id, created=sub.created)
             handle.injected, handle.interrupt_id = sub.injected, sub.interrupt_id

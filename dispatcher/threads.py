@@ -17,11 +17,16 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import redis
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
+from reactq.shared.settings import Settings
+from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.streams import text
 from reactq.shared.tenancy import DEFAULT_TENANT, thread_key
 from reactq.shared.stores.threads import (
@@ -34,8 +39,20 @@ from reactq.shared.stores.threads import (
 )
 from reactq.shared.wire import ITERATE
 
-if TYPE_CHECKING:
-    from reactq.dispatcher.client import Dispatcher
+
+class ThreadDoor(Protocol):
+    """What a thread's submission and reads use of the dispatcher (``Dispatcher`` fits)."""
+
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def keys(self) -> Keys: ...
+    @property
+    def redis(self) -> redis.Redis: ...
+    @property
+    def store(self) -> RunStore: ...
+    def send(self, task: str, args: list[Any], queue: str = ...) -> None: ...
+    def admit(self, tenant: str, run_id: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,7 @@ class ThreadBusy(RequestError):
         return (type(self), (self.thread_id, self.active_run))
 
 
-def thread_store(d: Dispatcher) -> ThreadStore:
+def thread_store(d: ThreadDoor) -> ThreadStore:
     ts: ThreadStore | None = d.__dict__.get("_thread_store")
     if ts is None:
         ts = d.__dict__["_thread_store"] = ThreadStore(d.redis, keys=d.keys,
@@ -69,7 +86,7 @@ def thread_store(d: Dispatcher) -> ThreadStore:
     return ts
 
 
-def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, *,
+def submit_on_thread(d: ThreadDoor, req: RunRequest, run_id: str | None = None, *,
                      tenant: str = DEFAULT_TENANT) -> Submitted:
     """Start, enqueue, inject, reject or stop-and-replace, as ``req.multitask_strategy`` says.
     The thread is ``tenant``'s thread of that id (``tenancy.thread_key``)."""
@@ -107,13 +124,13 @@ def submit_on_thread(d: Dispatcher, req: RunRequest, run_id: str | None = None, 
     return Submitted(stored, created=created)
 
 
-def _start(d: Dispatcher, run_id: str) -> None:
+def _start(d: ThreadDoor, run_id: str) -> None:
     """Send a thread run's first step, with a watchdog armed in case it is never started."""
     arm_first_step(d.redis, d.keys, run_id, max(5.0, 3 * d.settings.lease_seconds))
     d.send(ITERATE, [run_id, 0])
 
 
-def _ask_to_stop(d: Dispatcher, run_id: str) -> None:
+def _ask_to_stop(d: ThreadDoor, run_id: str) -> None:
     """The active run stops at its next step boundary (as a cancel; the thread says why)."""
     try:
         rec = d.store.load(run_id)
@@ -126,7 +143,7 @@ def _ask_to_stop(d: Dispatcher, run_id: str) -> None:
     d.send(ITERATE, [run_id, rec.step_no])
 
 
-def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
+def repair(d: ThreadDoor, ts: ThreadStore, tid: str) -> None:
     """Hand the thread on if its active run has ended but was never released (its worker
     died in between and no task was left to redo it), or was never stored at all."""
     active = ts.active(tid)
@@ -150,7 +167,7 @@ def repair(d: Dispatcher, ts: ThreadStore, tid: str) -> None:
             _start(d, nxt)
 
 
-def thread_view(d: Dispatcher, thread_id: str, tenant: str = DEFAULT_TENANT) -> dict[str, Any] | None:
+def thread_view(d: ThreadDoor, thread_id: str, tenant: str = DEFAULT_TENANT) -> dict[str, Any] | None:
     """``{thread_id, active_run, runs: [{run_id, status, query, created_at}], messages}`` of
     ``tenant``'s thread; None when there is no such thread (never used, or expired)."""
     tid = thread_key(tenant, thread_id)

@@ -19,8 +19,7 @@ from reactq.shared.engine.next import (
     Advance, Answer, CallLLM, Done, RunTools, SelectTools, advanced, next_step,
 )
 from reactq.shared.engine.state import Interrupt, RunState
-from reactq.shared.engine.steps import EngineDeps
-from reactq.shared.engine.waiting import Approver
+from reactq.shared.engine.deps import Approver, EngineDeps, StepIO
 from reactq.shared.errors import StateConflict
 from reactq.shared.events import Event, EventSink, ListSink
 from reactq.shared.llm.base import ability
@@ -82,7 +81,7 @@ def new_state(request: RunRequest, deps: EngineDeps, *, run_id: str | None = Non
     return state
 
 
-async def take_step(state: RunState, deps: EngineDeps, io: steps.StepIO) -> Advance:
+async def take_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """Carry out what the state needs next; an error ends the run as ``failed``."""
     nxt = next_step(state)
     step: Coroutine[Any, Any, Advance]
@@ -107,7 +106,7 @@ async def take_step(state: RunState, deps: EngineDeps, io: steps.StepIO) -> Adva
         return advanced(state, ending.fail(state, exc, now=deps.clock()))
 
 
-async def advance(state: RunState, deps: EngineDeps, io: steps.StepIO) -> list[Event]:
+async def advance(state: RunState, deps: EngineDeps, io: StepIO) -> list[Event]:
     """``take_step``'s events (for a caller that publishes them and reads the state itself)."""
     return (await take_step(state, deps, io)).events
 

@@ -19,7 +19,7 @@ import redis
 
 from reactq.shared.engine.deps import DepsCache, model_for
 from reactq.shared.engine.state import RunState
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.flow.middleware import FlowControl, FlowScope, limited_registry
 from reactq.shared.hooks import HookRegistry
 from reactq.shared.keys import Keys

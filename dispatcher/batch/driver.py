@@ -75,7 +75,7 @@ class BatchDriver:
             self.tally.running = len(inflight)
             finished = self._poll(inflight)
             for run_id, result, status in finished:
-                self._report(run_result(inflight.pop(run_id), run_id, result, status))
+                self.report(run_result(inflight.pop(run_id), run_id, result, status))
             self.tally.running = len(inflight)
             if self.on_tick is not None:
                 self.on_tick(self.tally)
@@ -83,7 +83,8 @@ class BatchDriver:
                 self.stop.wait(self.poll)
         return self.tally
 
-    def _report(self, res: dict[str, Any]) -> None:
+    def report(self, res: dict[str, Any]) -> None:
+        """Count a line's result in the tally and hand it on."""
         self.tally.add(res)
         self.on_result(res)
 
@@ -91,7 +92,7 @@ class BatchDriver:
         while queue and len(inflight) < self.concurrency and not self.stop.is_set():
             item = queue.popleft()
             if item.request is None:
-                self._report(invalid_result(item))
+                self.report(invalid_result(item))
                 continue
             req = item.request
             if req.idempotency_key is None:
@@ -101,19 +102,19 @@ class BatchDriver:
                           if self.batch_id else self.dispatcher.submit(req, tenant=self.tenant))
             except ValidationError as exc:
                 item.error = f"line {item.line}: {format_validation(exc)}"
-                self._report(invalid_result(item))
+                self.report(invalid_result(item))
                 continue
             except TooManyRequests:
                 queue.appendleft(item)  # the tenant is at its max_active_runs: wait a tick
                 return
             except RequestError as exc:
                 item.error = f"line {item.line}: {exc}"
-                self._report(invalid_result(item))
+                self.report(invalid_result(item))
                 continue
             if handle.run_id in inflight:  # two lines with one explicit idempotency_key
                 other = inflight[handle.run_id].line
                 item.error = f"line {item.line}: idempotency_key: the same run as line {other}"
-                self._report(invalid_result(item))
+                self.report(invalid_result(item))
                 continue
             if not handle.created:
                 self._repair(handle.run_id, req)

@@ -13,14 +13,25 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from reactq.dispatcher.batch.items import BatchItem, invalid_result, skipped_result
+from reactq.dispatcher.batch.items import BatchItem, Tally, invalid_result, skipped_result
 from reactq.shared.stores.run_hash import COST_FIELD, SPENT_FIELD
 
-if TYPE_CHECKING:
-    from reactq.dispatcher.batch.driver import BatchDriver
 
+
+class DrivenBatch(Protocol):
+    """What ``BatchFlow.check`` reads of the batch it stops, and where it reports the lines
+    it skips (``BatchDriver`` fits)."""
+
+    dispatcher: Any
+    tally: Tally
+    token_budget: int | None
+    cost_budget_usd: float | None
+    cancelled: Callable[[], bool] | None
+
+    def report(self, res: dict[str, Any]) -> None: ...
 
 
 @dataclass
@@ -55,7 +66,7 @@ class BatchFlow:
                 self.spent_live[rid] = n
                 self.cost_live[rid] = cost
 
-    def check(self, driver: BatchDriver, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
+    def check(self, driver: DrivenBatch, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
         """Skip the lines not started (and cancel runs in flight) once the batch must stop."""
         reason: str | None = None
         if driver.cancelled is not None and driver.cancelled():
@@ -75,7 +86,7 @@ class BatchFlow:
         while queue:
             item = queue.popleft()
             skipped += item.request is not None
-            driver._report(invalid_result(item) if item.request is None else skipped_result(item, reason))
+            driver.report(invalid_result(item) if item.request is None else skipped_result(item, reason))
         if skipped and reason != "cancelled":
             _count_budget_stop(driver.dispatcher, skipped)
 

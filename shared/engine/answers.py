@@ -18,10 +18,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reactq.shared.engine import ending, guard, loop
 from reactq.shared.engine import output as O
+from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.engine.next import Advance, Answer, advanced
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.structured import structured_llm_call
@@ -31,9 +32,6 @@ from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint
 from reactq.shared.llm.base import LLM, DelegatingLLM, answer_synthesis
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk, Usage
-
-if TYPE_CHECKING:
-    from reactq.shared.engine.steps import EngineDeps, StepIO
 
 OUTPUT_SYSTEM = """You write the final answer of an agent as JSON data. You are given a user's \
 question and the execution trace of an agent that worked on it with tools.

@@ -1,4 +1,7 @@
-"""The one recipe for a run's live dependencies, and the cache that builds each set once.
+"""What a step is given, and the one recipe for a run's live dependencies.
+
+``StepIO`` is the shell's side of a step (live publishing, reading interrupts); ``Approver``
+the in-process shell's decider for calls that wait for a person.
 
 ``EngineDeps`` carries the LLM client, the tool registry, the hooks, the engine
 configuration and the context guard. The Celery shell, the CLI's local run and any caller of
@@ -14,14 +17,65 @@ for every step would throw that work away.
 from __future__ import annotations
 
 import threading
-from typing import Protocol
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from reactq.shared.engine.context import ContextGuard
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.result import run_tool_names
+from reactq.shared.engine.state import Interrupt, RunState
+from reactq.shared.events import Event
 from reactq.shared.hooks import HookRegistry
 from reactq.shared.llm.base import LLM
 from reactq.shared.settings import EngineConfig
 from reactq.shared.tools.base import ToolRegistry
+
+#: Given the approval record, returns ``{decision, args?, message?, by?}``.
+Approver = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class EngineDeps:
+    """The live objects a step needs. Built once per process; never serialized."""
+
+    llm: LLM
+    registry: ToolRegistry
+    hooks: HookRegistry = field(default_factory=HookRegistry)
+    config: EngineConfig = field(default_factory=EngineConfig.defaults)
+    """Passed in by the shell (read from the environment at its edge); the values by default."""
+    guard: ContextGuard | None = None
+    selection_llm: LLM | None = None
+    clock: Callable[[], float] = time.time
+    approver: Approver | None = None
+    """The in-process shell's decider for calls that wait for a person (``engine/waiting.py``)."""
+    _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+    """Filtered registries and their schemas by (names, size of ``registry``): every turn
+    needs them, and a registry only ever grows (a tool name is never registered twice)."""
+
+    def _tool_set(self, state: RunState) -> tuple[ToolRegistry, list[dict[str, Any]]]:
+        key = (tuple(run_tool_names(state)), len(self.registry))
+        found = self._tool_sets.get(key)
+        if found is None:
+            reg = self.registry.filtered(key[0])
+            found = self._tool_sets[key] = (reg, [t.openai_schema() for t in reg])
+        return found
+
+    def run_registry(self, state: RunState) -> ToolRegistry:
+        """The run's effective tools: the allowlist, narrowed by selection."""
+        return self._tool_set(state)[0]
+
+    def schemas(self, state: RunState) -> list[dict[str, Any]]:
+        return list(self._tool_set(state)[1])
+
+
+class StepIO(Protocol):
+    """The shell's side of a step: live publishing and reading interrupts."""
+
+    async def publish(self, events: list[Event]) -> None: ...
+
+    async def interrupts(self, after: str | None) -> list[Interrupt]: ...
 
 
 class Models(Protocol):

@@ -10,70 +10,20 @@ publishes the returned ones together with the saved state. Every event carries i
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from reactq.shared.engine import answers, billing, ending, guard, loop
-from reactq.shared.engine.context import ContextGuard
 from reactq.shared.engine.conversation import enriched_query
+from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
-from reactq.shared.engine.result import run_tool_names
 from reactq.shared.engine.selection import select_tools
-from reactq.shared.engine.state import Interrupt, RunState, ToolOutcome
+from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesize
 from reactq.shared.engine.approval import wait_reason
 from reactq.shared.engine.toolexec import execute_call
-from reactq.shared.engine.waiting import Approver, decide_and_run
+from reactq.shared.engine.waiting import decide_and_run
 from reactq.shared.events import Event
-from reactq.shared.hooks import HookPoint, HookRegistry
-from reactq.shared.llm.base import LLM, ability, answer_synthesis, max_tool_turns
-from reactq.shared.settings import EngineConfig
-from reactq.shared.tools.base import ToolRegistry
-
-
-@dataclass
-class EngineDeps:
-    """The live objects a step needs. Built once per process; never serialized."""
-
-    llm: LLM
-    registry: ToolRegistry
-    hooks: HookRegistry = field(default_factory=HookRegistry)
-    config: EngineConfig = field(default_factory=EngineConfig.defaults)
-    """Passed in by the shell (read from the environment at its edge); the values by default."""
-    guard: ContextGuard | None = None
-    selection_llm: LLM | None = None
-    clock: Callable[[], float] = time.time
-    approver: Approver | None = None
-    """The in-process shell's decider for calls that wait for a person (``engine/waiting.py``)."""
-    _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
-    """Filtered registries and their schemas by (names, size of ``registry``): every turn
-    needs them, and a registry only ever grows (a tool name is never registered twice)."""
-
-    def _tool_set(self, state: RunState) -> tuple[ToolRegistry, list[dict[str, Any]]]:
-        key = (tuple(run_tool_names(state)), len(self.registry))
-        found = self._tool_sets.get(key)
-        if found is None:
-            reg = self.registry.filtered(key[0])
-            found = self._tool_sets[key] = (reg, [t.openai_schema() for t in reg])
-        return found
-
-    def run_registry(self, state: RunState) -> ToolRegistry:
-        """The run's effective tools: the allowlist, narrowed by selection."""
-        return self._tool_set(state)[0]
-
-    def schemas(self, state: RunState) -> list[dict[str, Any]]:
-        return list(self._tool_set(state)[1])
-
-
-class StepIO(Protocol):
-    """The shell's side of a step: live publishing and reading interrupts."""
-
-    async def publish(self, events: list[Event]) -> None: ...
-
-    async def interrupts(self, after: str | None) -> list[Interrupt]: ...
+from reactq.shared.hooks import HookPoint
+from reactq.shared.llm.base import ability, answer_synthesis, max_tool_turns
 
 
 async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:

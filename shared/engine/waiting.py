@@ -10,20 +10,14 @@ The events are those of the Celery shell: ``approval {status: "requested"}``, th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from reactq.shared.engine import approval as A
+from reactq.shared.engine.deps import Approver, EngineDeps, StepIO
 from reactq.shared.engine.loop import emit
 from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.models import ToolCallRequest
-
-if TYPE_CHECKING:
-    from reactq.shared.engine.steps import EngineDeps, StepIO
-
-#: Given the approval record, returns ``{decision, args?, message?, by?}``.
-Approver = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 async def decide_and_run(state: RunState, deps: EngineDeps, call: ToolCallRequest, reason: str,

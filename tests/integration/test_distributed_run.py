@@ -56,7 +56,7 @@ async def test_the_distributed_run_emits_the_same_events_as_the_in_process_runne
     from tests.integration.conftest import SELECTION_THRESHOLD
 
     monkeypatch.setenv("REACTQ_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)  # as the workers
-    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.engine.deps import EngineDeps
     from reactq.shared.settings import EngineConfig
     from reactq.shared.events import ListSink
     from reactq.shared.inprocess import run_local

@@ -122,7 +122,7 @@ def test_a_typed_answer_is_redacted_inside_its_output(guarded, llm: LLMFixture):
 
 
 async def test_both_shells_emit_the_same_events_for_a_redacted_answer(guarded, llm: LLMFixture, monkeypatch):
-    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.engine.deps import EngineDeps
     from reactq.shared.events import ListSink
     from reactq.shared.hooks.loader import default_hooks
     from reactq.shared.inprocess import run_local

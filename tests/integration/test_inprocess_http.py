@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.events import ListSink
 from reactq.shared.inprocess import run_local
 from reactq.shared.llm.openai import OpenAILLM

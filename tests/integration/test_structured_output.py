@@ -126,7 +126,7 @@ def test_a_bad_schema_is_refused_at_the_door_naming_the_field(settings, r):
 
 async def test_both_shells_emit_the_same_events_for_a_repaired_typed_answer(
         workers, dispatcher, llm, settings, monkeypatch):
-    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.engine.deps import EngineDeps
     from reactq.shared.events import ListSink
     from reactq.shared.inprocess import run_local
     from reactq.shared.llm.registry import load_registry

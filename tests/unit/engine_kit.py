@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from reactq.shared.engine.state import Interrupt, RunState
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.events import Event, ListSink
 from reactq.shared.hooks import Hook, HookContext, HookPoint, HookRegistry, HookResult
 from reactq.shared.inprocess import InterruptQueue, run_local

@@ -167,6 +167,6 @@ def test_the_engine_default_config_is_the_seeds_whatever_the_environment(monkeyp
     monkeypatch.setenv("REACTQ_CYCLE_DETECTION_THRESHOLD", "7")
     assert EngineConfig.defaults() == seed and EngineConfig().cycle_detection_threshold == 7
     assert make_deps(_turns(), []).config.cycle_detection_threshold == 7  # the kit reads it, as a shell
-    from reactq.shared.engine.steps import EngineDeps
+    from reactq.shared.engine.deps import EngineDeps
 
     assert EngineDeps(llm=_turns(), registry=make_deps(_turns(), []).registry).config == seed

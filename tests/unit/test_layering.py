@@ -162,40 +162,45 @@ def test_only_the_stores_talk_to_redis_in_shared():
         assert not bad, f"{rel} imports {bad}: move its Redis work into shared/stores/"
 
 
-def _module_of(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def _module_of(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
     return "reactq." + ".".join(parts)
 
 
-def _runtime_imports(path: Path, modules: set[str]) -> set[str]:
-    """The modules ``path`` imports when it runs (at import time or inside a function);
-    imports under ``if TYPE_CHECKING:`` are for the type checker only and left out.
-    ``from package import module`` names the module, not the package."""
-    tree = ast.parse(path.read_text())
-    skip: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+def _absolute(node: ast.ImportFrom, name: str, is_package: bool) -> str:
+    """The module a ``from ... import`` names, its dots resolved against module ``name``."""
+    if node.level == 0:
+        return node.module or ""
+    parts = name.split(".") if is_package else name.split(".")[:-1]
+    parts = parts[:len(parts) - (node.level - 1)]
+    return ".".join([*parts, node.module] if node.module else parts)
+
+
+def _all_imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """Every module ``path`` (module ``name``) imports: at the top, inside a function, or
+    under ``if TYPE_CHECKING:``. A lazy or type-only import is still a dependency a reader
+    follows, and a circle through one is a circle all the same. ``from package import
+    module`` names the module, not the package; relative imports are resolved."""
+    is_package = path.name == "__init__.py"
     names: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
-            names |= subs if len(subs) == len(node.names) else {node.module, *subs}
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(node, name, is_package)
+            subs = {f"{base}.{a.name}" for a in node.names} & modules
+            names |= subs if len(subs) == len(node.names) else {base, *subs}
     return names
 
 
-def _graph(folders: tuple[str, ...]) -> dict[str, set[str]]:
-    modules = {_module_of(p): p for f in folders for p in (ROOT / f).rglob("*.py")}
+def _graph(folders: tuple[str, ...], root: Path = ROOT) -> dict[str, set[str]]:
+    modules = {_module_of(p, root): p for f in folders for p in (root / f).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        deps = {n for n in _runtime_imports(path, set(modules)) if n in modules and n != name}
+        deps = {n for n in _all_imports(path, name, set(modules)) if n in modules and n != name}
         graph[name] = deps
     return graph
 
@@ -236,15 +241,34 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_import_circle():
-    """Imports point down: no two modules import each other, directly or round a circle (the
-    watchdog is handed its handlers; the runtime builds flow control itself; a tool runs in a
-    runner through the framing module, not the runner's own)."""
+    """Imports point down: no two modules import each other, directly or round a circle,
+    counting function-local and ``TYPE_CHECKING`` imports (the watchdog is handed its
+    handlers; the runtime builds flow control itself; a tool runs in a runner through the
+    framing module, not the runner's own; what two modules both need lives in a third below
+    them: ``EngineDeps`` in ``engine/deps.py``, ``DagContext`` in ``dags/context.py``; a
+    module that needs only part of a higher object declares a Protocol of that part)."""
     assert _cycles(_graph(("shared", "workers", "dispatcher"))) == []
 
 
 def test_the_cycle_check_sees_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_cycle_check_sees_lazy_type_only_and_relative_imports(tmp_path):
+    files = {
+        "shared/__init__.py": "",
+        "shared/a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from reactq.shared.b import B\n",
+        "shared/b.py": "def f():\n    from reactq.shared.a import A\n",
+        "shared/c.py": "from . import d\n",
+        "shared/d.py": "from .c import x\n",
+        "shared/e.py": "import reactq.shared.a\nfrom reactq.shared import c\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert _cycles(_graph(("shared",), tmp_path)) == [
+        ["reactq.shared.a", "reactq.shared.b"], ["reactq.shared.c", "reactq.shared.d"]]
 
 
 #: Where ``os.environ`` may be read: the settings, and the test-only fault points.

@@ -125,7 +125,8 @@ def test_multitask_strategy_is_one_of_five():
 
 def test_tool_selection_on_a_thread_sees_the_previous_conversation():
     from pydantic import BaseModel
-    from reactq.shared.engine.steps import EngineDeps, select_step
+    from reactq.shared.engine.deps import EngineDeps
+    from reactq.shared.engine.steps import select_step
     from reactq.shared.llm.testing import ScriptedLLM, tool_json
     from reactq.shared.settings import EngineConfig
     from reactq.shared.tools.base import Tool, ToolRegistry

@@ -9,7 +9,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.due import Member
 from reactq.shared.wire import DAG_RESUME
-from reactq.workers.dags import drive as dag_drive
+from reactq.workers.dags.context import context, send
 from reactq.workers.dags import tasks as dag_tasks
 from reactq.workers.recovery.watchdog import DueWatchdog, Handler
 
@@ -17,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def resend_dag(wd: DueWatchdog, member: str, m: Member, died: bool) -> None:
-    ctx = dag_drive.context()
+    ctx = context()
     try:
         rec = ctx.store.load(m.owner)
     except RunNotFound:
@@ -31,7 +31,7 @@ def resend_dag(wd: DueWatchdog, member: str, m: Member, died: bool) -> None:
         dag_tasks.give_up(ctx, m.owner, crashes)
         return
     log.info("resending DAG %s%s", m.owner, " (its worker died)" if died else "")
-    dag_drive.send(DAG_RESUME, [m.owner])
+    send(DAG_RESUME, [m.owner])
 
 
 HANDLERS: dict[str, Handler] = {"dag": resend_dag}

@@ -42,9 +42,8 @@ from reactq.shared.wire import (
 )
 from reactq.workers import faults
 from reactq.workers.app import app
+from reactq.workers.dags.context import DagContext, context, send
 from reactq.workers.dags.drive import (
-    DagContext,
-    context,
     drive_analyze,
     drive_answer,
     drive_plan,
@@ -52,7 +51,6 @@ from reactq.workers.dags.drive import (
     drive_resume,
     drive_start,
     load_live,
-    send,
 )
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,6 @@ problems}`` per repair, then the answer's JSON text (``answer`` start, deltas, d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from reactq.shared.dag import machine as M
 from reactq.shared.dag.query import output_messages
 from reactq.shared.dag.state import DagState
@@ -19,9 +17,7 @@ from reactq.shared.engine.answers import Typed, ask_typed, invalid_message, show
 from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.events import Event
 from reactq.shared.models import ChatMessage
-
-if TYPE_CHECKING:
-    from reactq.workers.dags.drive import DagContext
+from reactq.workers.dags.context import DagContext
 
 
 def typed_answer(ctx: DagContext, state: DagState, pending: list[str]) -> M.Transition:

@@ -30,6 +30,7 @@ from typing import Any, assert_never
 import redis
 
 from reactq.shared.engine import ending, loop, steps
+from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.engine.next import Advance, Answer, CallLLM, Done, RunTools, SelectTools, next_step
 from reactq.shared.engine.state import TERMINAL_STATUSES, RunState, ToolOutcome
@@ -126,7 +127,7 @@ def _advance(step: Step, gate: flow.Gate | None) -> Advance | None:
             assert_never(nxt)
 
 
-StepFn = Callable[[RunState, steps.EngineDeps, steps.StepIO], Coroutine[Any, Any, Advance]]
+StepFn = Callable[[RunState, EngineDeps, StepIO], Coroutine[Any, Any, Advance]]
 
 
 def _gated(step: Step, fn: StepFn, gate: flow.Gate | None = None) -> Advance | None:
@@ -235,7 +236,7 @@ def _fan_in(step: Step, calls: tuple[ToolCallRequest, ...]) -> Advance | None:
                 step.send(TOOL, [state.run_id, step.step_no, call.id, call.name], TOOLS)
         return None
     events = _uncertain_events(state, outcomes) + _crashed_events(state, outcomes)
-    step_io: steps.StepIO = step.io if loaded is None or loaded.interrupts is None \
+    step_io: StepIO = step.io if loaded is None or loaded.interrupts is None \
         else LoadedIO(step.io, loaded.interrupts)
     adv: Advance = step.rt.run(steps.finish_tools(state, step.deps, step_io, outcomes))
     return replace(adv, events=events + adv.events)

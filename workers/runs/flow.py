@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, assert_never
 from reactq.shared.engine import flowcontrol, loop
 from reactq.shared.engine.next import Answer, CallLLM, Done, RunTools, SelectTools, next_step
 from reactq.shared.engine.state import RunState
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.engine.synthesis import synthesis_messages
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event

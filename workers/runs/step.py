@@ -18,7 +18,7 @@ from typing import assert_never
 from reactq.shared.engine import ending
 from reactq.shared.engine.next import Advance, Answer, CallLLM, Done, Next, RunTools, SelectTools, advanced
 from reactq.shared.engine.state import RunState
-from reactq.shared.engine.steps import EngineDeps
+from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
 from reactq.shared.inprocess import new_state
