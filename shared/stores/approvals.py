@@ -33,7 +33,7 @@ from reactq.shared.engine import approval as A
 from reactq.shared.errors import ApprovalConflict, RequestError, RunNotFound
 from reactq.shared.events import dumps
 from reactq.shared.keys import Keys
-from reactq.shared.stores.metrics_schema import FAMILIES, bucket_of, label_field
+from reactq.shared.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.approvals_lua import CANCEL, DECIDE, REQUEST
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor

@@ -20,7 +20,7 @@ import redis
 
 from reactq.shared.dashboard import WINDOW_S, RunPoint, merge_buckets, run_point
 from reactq.shared.keys import Keys
-from reactq.shared.stores.metrics_schema import INFLIGHT
+from reactq.shared.metrics_schema import INFLIGHT
 from reactq.shared.stores.runs_index import RunFilter, RunsIndex
 from reactq.shared.tenancy import DEFAULT_TENANT
 
