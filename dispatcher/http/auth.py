@@ -14,15 +14,19 @@ tenant's id → 404, exactly as an id that does not exist)::
 
 and a route of another kind checks its record in one line::
 
-    caller = await owned(request, gw, gw.keys.schedule(sid), "schedules:write", "schedule", sid)
+    caller = await owned(request, gw, gw.keys.webhook(wid), "runs:read", "webhook", wid)
+
+Ids a client chooses (threads, schedules) are per tenant: a route finds the caller's
+tenant's object of that id (an admin names another tenant with ``?tenant=``).
 """
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from reactq.dispatcher.http.errors import Forbidden
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
@@ -30,10 +34,10 @@ from reactq.dispatcher.http.middleware import OPEN_PATHS, ASGIApp, Receive, Scop
 from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
-from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owner_of
+from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owned_name, owner_of
 
 __all__ = ["ApprovalWrite", "BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
-           "RunRead", "RunWrite", "ScheduleRead", "ScheduleWrite", "caller_of", "need", "owned"]
+           "RunRead", "RunWrite", "ScheduleRead", "ScheduleRef", "ScheduleWrite", "caller_of", "need", "owned"]
 
 _TOKEN_CALLER = Caller(DEFAULT_TENANT, frozenset({ADMIN}), key_id="REACTQ_API_TOKEN")
 UNAUTHORIZED = "missing, unknown or revoked API key (Authorization: Bearer <key>)"
@@ -148,10 +152,25 @@ def _batch(scope: str) -> Any:
     return Depends(dep)
 
 
+@dataclass(frozen=True)
+class ScheduleRef:
+    """A schedule of the route: its id and its tenant (schedule ids are per tenant)."""
+
+    schedule_id: str
+    tenant: str
+
+
 def _schedule(scope: str) -> Any:
-    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep) -> str:
-        await owned(request, gw, gw.keys.schedule(schedule_id), scope, "schedule", schedule_id, present="spec")
-        return schedule_id
+    """The caller's tenant's schedule of that id; an admin names another tenant's with
+    ``?tenant=`` (as for a thread)."""
+    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep,
+                  tenant: str | None = Query(None, max_length=63, description=(
+                      "an admin key: whose schedule (default: its own tenant's)"))) -> ScheduleRef:
+        caller = caller_of(request)
+        owner = tenant if tenant is not None and caller.admin else caller.tenant
+        key = gw.keys.schedule(owned_name(owner, schedule_id))
+        await owned(request, gw, key, scope, "schedule", schedule_id, present="spec")
+        return ScheduleRef(schedule_id, owner)
     return Depends(dep)
 
 
@@ -162,5 +181,5 @@ DagRead = Annotated[str, _dag("runs:read")]
 DagWrite = Annotated[str, _dag("dags:write")]
 BatchRead = Annotated[str, _batch("runs:read")]
 BatchWrite = Annotated[str, _batch("batches:write")]
-ScheduleRead = Annotated[str, _schedule("runs:read")]
-ScheduleWrite = Annotated[str, _schedule("schedules:write")]
+ScheduleRead = Annotated[ScheduleRef, _schedule("runs:read")]
+ScheduleWrite = Annotated[ScheduleRef, _schedule("schedules:write")]

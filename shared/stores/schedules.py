@@ -1,5 +1,9 @@
-"""Schedules in Redis: the ``schedule:{id}`` hash, the ``schedules`` listing, the
+"""Schedules in Redis: the ``schedule:{name}`` hash, the ``schedules`` listing, the
 ``schedules:due`` set the scheduler reads (see ``shared/keys.py``).
+
+A schedule id is its tenant's: keys and set members use its name ``tenancy.owned_name``
+(the id itself for tenant ``default``, ``tenant/id`` for any other), so two tenants may
+use one id and never meet.
 
 The hash decides; ``schedules:due`` is a hint (id → next tick) that the scheduler repairs
 whenever it meets a stale member. A tick is handed on with one compare-and-set script on the
@@ -21,7 +25,7 @@ import redis
 from reactq.shared.stores.idempotency import write_if_absent
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.keys import Keys
-from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
+from reactq.shared.tenancy import DEFAULT_TENANT, owned_name, owner_of, split_owned
 from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.schedule.times import Cadence, iso
 from reactq.shared.stores.streams import text
@@ -60,6 +64,11 @@ class ScheduleRecord:
     """Who owns the schedule (and the runs it fires)."""
 
     @property
+    def name(self) -> str:
+        """The name its keys and set members use (``tenancy.owned_name``)."""
+        return owned_name(self.tenant, self.schedule_id)
+
+    @property
     def paused(self) -> bool:
         return bool(self.spec.get("paused"))
 
@@ -70,7 +79,7 @@ class ScheduleRecord:
 
     def view(self) -> dict[str, Any]:
         """The public shape (``GET /v1/schedules/{id}`` without its fire times)."""
-        return {**self.spec, "schedule_id": self.schedule_id,
+        return {**self.spec, "schedule_id": self.schedule_id, "tenant": self.tenant,
                 "next_tick": None if self.next_tick is None else iso(self.next_tick),
                 "last_fired_at": None if self.last_fired_at is None else iso(self.last_fired_at),
                 "last_run_id": self.last_run_id, "skipped": self.skipped, "fired": self.fired,
@@ -81,10 +90,11 @@ def _opt_float(v: str | None) -> float | None:
     return float(v) if v else None
 
 
-def _record(schedule_id: str, raw: dict[Any, Any]) -> ScheduleRecord | None:
+def _record(name: str, raw: dict[Any, Any]) -> ScheduleRecord | None:
     f = {text(k): text(v) for k, v in raw.items()}
     if "spec" not in f:
         return None
+    schedule_id = split_owned(name)[1]
     return ScheduleRecord(
         schedule_id=schedule_id, spec=json.loads(f["spec"]),
         next_tick=int(f["next_tick"]) if f.get("next_tick") else None,
@@ -104,9 +114,10 @@ class ScheduleStore:
 
     # -- the door --------------------------------------------------------------------
     def create(self, req: ScheduleRequest, next_tick: int | None, tenant: str = DEFAULT_TENANT) -> bool:
-        """Store a new schedule of ``tenant``; False (nothing written) when its id is taken."""
+        """Store a new schedule of ``tenant``; False (nothing written) when the tenant uses
+        its id already."""
         now = time.time()
-        sid = req.schedule_id
+        sid = owned_name(tenant, req.schedule_id)
         fields = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False), "tenant": tenant,
                   "next_tick": "" if next_tick is None else str(next_tick),
                   "created_at": f"{now:.6f}", "updated_at": f"{now:.6f}", "skipped": 0, "fired": 0}
@@ -119,8 +130,13 @@ class ScheduleStore:
         pipe.execute()
         return True
 
-    def get(self, schedule_id: str) -> ScheduleRecord | None:
-        return _record(schedule_id, self.r.hgetall(self.keys.schedule(schedule_id)))
+    def get(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> ScheduleRecord | None:
+        """``tenant``'s schedule ``schedule_id`` (None: it has none of that id)."""
+        return self.named(owned_name(tenant, schedule_id))
+
+    def named(self, name: str) -> ScheduleRecord | None:
+        """The schedule of that name (a member of ``schedules:due``)."""
+        return _record(name, self.r.hgetall(self.keys.schedule(name)))
 
     def all(self) -> list[ScheduleRecord]:
         """Every schedule, oldest first."""
@@ -141,7 +157,7 @@ class ScheduleStore:
         return self._load([m for m, _ in shown]), nxt
 
     def _load(self, ids: list[str]) -> list[ScheduleRecord]:
-        """The records of ``ids``, in order; ids whose hash is gone leave the listing."""
+        """The records of ``ids`` (names), in order; names whose hash is gone leave the listing."""
         pipe = self.r.pipeline(transaction=False)
         for sid in ids:
             pipe.hgetall(self.keys.schedule(sid))
@@ -156,10 +172,11 @@ class ScheduleStore:
             self.r.zrem(self.keys.schedules, *gone)
         return out
 
-    def update(self, req: ScheduleRequest, next_tick: int | None, *, move: bool) -> None:
+    def update(self, req: ScheduleRequest, next_tick: int | None, *, move: bool,
+               tenant: str = DEFAULT_TENANT) -> None:
         """Write the changed spec; with ``move`` the next tick too (None: paused), which makes
         a scheduler handing on the old tick lose its compare-and-set."""
-        sid = req.schedule_id
+        sid = owned_name(tenant, req.schedule_id)
         mapping: dict[Any, str | int] = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False),
                                    "updated_at": f"{time.time():.6f}"}
         if move:
@@ -168,20 +185,22 @@ class ScheduleStore:
         if move:
             self.set_due(sid, next_tick)
 
-    def delete(self, schedule_id: str) -> bool:
+    def delete(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> bool:
+        schedule_id = owned_name(tenant, schedule_id)
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(self.keys.schedule(schedule_id))
         pipe.zrem(self.keys.schedules, schedule_id)
         pipe.zrem(self.keys.schedules_due, schedule_id)
         return bool(pipe.execute()[0])
 
-    def note_trigger(self, schedule_id: str, run_id: str) -> None:
+    def note_trigger(self, schedule_id: str, run_id: str, tenant: str = DEFAULT_TENANT) -> None:
         """A run started by hand becomes the schedule's last run."""
-        self.r.hset(self.keys.schedule(schedule_id),
+        self.r.hset(self.keys.schedule(owned_name(tenant, schedule_id)),
                     mapping={"last_run_id": run_id, "last_fired_at": f"{time.time():.6f}"})
 
     # -- the scheduler ---------------------------------------------------------------
-    def due_ids(self, now: float, limit: int = 500) -> list[str]:
+    def due_names(self, now: float, limit: int = 500) -> list[str]:
+        """The names (``tenancy.owned_name``) of the schedules whose next tick has come."""
         return [text(m) for m in self.r.zrangebyscore(self.keys.schedules_due, "-inf", now, start=0, num=limit)]
 
     def next_due(self) -> float | None:
@@ -189,18 +208,19 @@ class ScheduleStore:
         first = self.r.zrange(self.keys.schedules_due, 0, 0, withscores=True)
         return float(first[0][1]) if first else None
 
-    def set_due(self, schedule_id: str, tick: int | None) -> None:
+    def set_due(self, name: str, tick: int | None) -> None:
+        """``name``'s next tick in ``schedules:due`` (None: not due)."""
         if tick is None:
-            self.r.zrem(self.keys.schedules_due, schedule_id)
+            self.r.zrem(self.keys.schedules_due, name)
         else:
-            self.r.zadd(self.keys.schedules_due, {schedule_id: tick})
+            self.r.zadd(self.keys.schedules_due, {name: tick})
 
-    def advance(self, schedule_id: str, tick: int, nxt: int, *, run_id: str | None = None,
+    def advance(self, name: str, tick: int, nxt: int, *, run_id: str | None = None,
                 skipped: int = 0, error: str = "") -> bool:
-        """Hand tick ``tick`` on to ``nxt``, recording the run it started or the ticks it
-        skipped; False (nothing written) when someone else already did, or the schedule was
-        changed, paused or deleted meanwhile."""
-        done = self._advance(keys=[self.keys.schedule(schedule_id)],
+        """Hand tick ``tick`` of the schedule ``name`` (``ScheduleRecord.name``) on to ``nxt``,
+        recording the run it started or the ticks it skipped; False (nothing written) when
+        someone else already did, or the schedule was changed, paused or deleted meanwhile."""
+        done = self._advance(keys=[self.keys.schedule(name)],
                              args=[str(tick), str(nxt), run_id or "", f"{time.time():.6f}", skipped, error[:500]])
         return bool(done)
 
