@@ -210,7 +210,8 @@ def batch_webhook(dispatcher: Any, store: BatchStore, batch_id: str, tally: Tall
     s = dispatcher.settings
     hooks = WebhookStore(store.r, store.keys, ttl_seconds=s.run_ttl_seconds, due_seconds=s.due_seconds)
     hooks.create(Delivery(webhook_id=wid, type="batch.done", url=spec["url"], owner_kind="batch",
-                          owner_id=batch_id, body=body("batch.done", data, time.time())))
+                          owner_id=batch_id, body=body("batch.done", data, time.time()),
+                          tenant=store.tenant(batch_id)))
     hooks.arm(wid)
     return wid
 

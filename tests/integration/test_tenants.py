@@ -106,6 +106,9 @@ ID_ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/v1/batches/{batch}/cancel", None, "batches:write"),
     ("POST", "/v1/runs/{live}/cancel", None, "runs:write"),
     ("POST", "/v1/dags/{dag}/cancel", None, "dags:write"),
+    ("GET", "/v1/runs/{run}/webhooks", None, "runs:read"),
+    ("GET", "/v1/dags/{dag}/webhooks", None, "runs:read"),
+    ("GET", "/v1/batches/{batch}/webhooks", None, "runs:read"),
     ("GET", "/v1/schedules/{schedule}", None, "runs:read"),
     ("PATCH", "/v1/schedules/{schedule}", {"paused": True}, "schedules:write"),
 ]
