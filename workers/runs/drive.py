@@ -39,7 +39,7 @@ from reactq.shared.requests import RunRequest
 from reactq.shared.stores.roundtrip import take
 from reactq.shared.stores.runs import RunRecord, outcomes_of
 from reactq.workers.runs.stepio import LoadedIO, StoreIO
-from reactq.shared.errors import RateLimited
+from reactq.shared.errors import CostCapReached, RateLimited
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 from reactq.shared.webhooks import webhook_id
 from reactq.workers import faults, metrics, webhooks
@@ -175,6 +175,8 @@ def _llm_or_select(rt: Runtime, state: RunState, step: StepFn, io: StoreIO) -> A
         return adv
     except RateLimited:
         raise  # not a failure: the step is sent again once the model has capacity
+    except CostCapReached as cap:  # a dollar cap refused a call of the step: the budget path
+        return advanced(state, flow.cap_stop(rt, state, cap, now=deps.clock()))
     except RunCancelled:
         return advanced(state, threads.stop(rt, state, deps.clock()))
     except redis.RedisError:
@@ -222,6 +224,8 @@ def _answer_step(rt: Runtime, state: RunState, rec: RunRecord, send: Send) -> Ad
     except RateLimited as wait:
         _defer_stored(rt, state.run_id, wait, send, ANSWER)
         return None
+    except CostCapReached as cap:
+        return advanced(state, flow.cap_stop(rt, state, cap, now=deps.clock()))
     except RunCancelled:
         return advanced(state, threads.stop(rt, state, deps.clock()))
     except redis.RedisError:
