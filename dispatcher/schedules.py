@@ -49,7 +49,7 @@ class Schedules:
         next fire times."""
         self._check_run(req.run.model_dump(exclude_unset=True))
         first = None if req.paused else next_after(req.cadence(), time.time())
-        if not self.store.create(req, first, tenant):
+        if self.store.get(req.schedule_id, tenant) is not None or not self.store.create(req, first, tenant):
             raise ScheduleExists(f"schedule {req.schedule_id!r} exists", field="schedule_id")
         return self.get(req.schedule_id, tenant)
 
@@ -88,14 +88,14 @@ class Schedules:
         resumed = rec.paused and not new.paused
         move = moved or resumed or new.paused != rec.paused
         nxt = None if new.paused else next_after(new.cadence(), time.time())
-        self.store.update(new, nxt, move=move, tenant=tenant)
+        self.store.update(new, nxt, move=move, name=rec.name)
         return self.get(schedule_id, tenant)
 
     def set_paused(self, schedule_id: str, paused: bool, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
         return self.patch(schedule_id, SchedulePatch(paused=paused), tenant)
 
     def delete(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> None:
-        if not self.store.delete(schedule_id, tenant):
+        if not self.store.delete(self.record(schedule_id, tenant).name):
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
 
     def trigger(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> RunHandle:
@@ -103,7 +103,7 @@ class Schedules:
         rec = self.record(schedule_id, tenant)
         handle = self.d.submit(RunRequest.model_validate(rec.spec["run"]), schedule_id=schedule_id,
                                tenant=rec.tenant)
-        self.store.note_trigger(schedule_id, handle.run_id, tenant)
+        self.store.note_trigger(rec.name, handle.run_id)
         return handle
 
 

@@ -169,6 +169,8 @@ def _schedule(scope: str) -> Any:
         caller = caller_of(request)
         owner = tenant if tenant is not None and caller.admin else caller.tenant
         key = gw.keys.schedule(owned_name(owner, schedule_id))
+        if owner != DEFAULT_TENANT and not await gw.aredis.exists(key):
+            key = gw.keys.schedule(schedule_id)  # stored under its bare id: its tenant field decides
         await owned(request, gw, key, scope, "schedule", schedule_id, present="spec")
         return ScheduleRef(schedule_id, owner)
     return Depends(dep)

@@ -3,7 +3,9 @@
 
 A schedule id is its tenant's: keys and set members use its name ``tenancy.owned_name``
 (the id itself for tenant ``default``, ``tenant/id`` for any other), so two tenants may
-use one id and never meet.
+use one id and never meet. A schedule of another tenant stored under its bare id (written
+before ids were per tenant) is still found by its tenant and fired, changed and deleted
+under the name it is stored as (``ScheduleRecord.name``).
 
 The hash decides; ``schedules:due`` is a hint (id → next tick) that the scheduler repairs
 whenever it meets a stale member. A tick is handed on with one compare-and-set script on the
@@ -62,11 +64,14 @@ class ScheduleRecord:
     extra: dict[str, str] = field(default_factory=dict)
     tenant: str = DEFAULT_TENANT
     """Who owns the schedule (and the runs it fires)."""
+    stored_as: str = ""
+    """The name it was read under (its hash's and set members' name)."""
 
     @property
     def name(self) -> str:
-        """The name its keys and set members use (``tenancy.owned_name``)."""
-        return owned_name(self.tenant, self.schedule_id)
+        """The name its keys and set members use (``tenancy.owned_name``, unless it is stored
+        under its bare id)."""
+        return self.stored_as or owned_name(self.tenant, self.schedule_id)
 
     @property
     def paused(self) -> bool:
@@ -101,7 +106,7 @@ def _record(name: str, raw: dict[Any, Any]) -> ScheduleRecord | None:
         created_at=float(f.get("created_at") or 0), updated_at=float(f.get("updated_at") or 0),
         last_fired_at=_opt_float(f.get("last_fired_at")), last_run_id=f.get("last_run_id") or None,
         skipped=int(f.get("skipped") or 0), fired=int(f.get("fired") or 0),
-        last_error=f.get("last_error") or None, tenant=owner_of(f.get("tenant")))
+        last_error=f.get("last_error") or None, tenant=owner_of(f.get("tenant")), stored_as=name)
 
 
 class ScheduleStore:
@@ -132,7 +137,11 @@ class ScheduleStore:
 
     def get(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> ScheduleRecord | None:
         """``tenant``'s schedule ``schedule_id`` (None: it has none of that id)."""
-        return self.named(owned_name(tenant, schedule_id))
+        rec = self.named(owned_name(tenant, schedule_id))
+        if rec is None and tenant != DEFAULT_TENANT:
+            bare = self.named(schedule_id)  # stored under its bare id
+            return bare if bare is not None and bare.tenant == tenant else None
+        return rec
 
     def named(self, name: str) -> ScheduleRecord | None:
         """The schedule of that name (a member of ``schedules:due``)."""
@@ -172,11 +181,11 @@ class ScheduleStore:
             self.r.zrem(self.keys.schedules, *gone)
         return out
 
-    def update(self, req: ScheduleRequest, next_tick: int | None, *, move: bool,
-               tenant: str = DEFAULT_TENANT) -> None:
-        """Write the changed spec; with ``move`` the next tick too (None: paused), which makes
-        a scheduler handing on the old tick lose its compare-and-set."""
-        sid = owned_name(tenant, req.schedule_id)
+    def update(self, req: ScheduleRequest, next_tick: int | None, *, move: bool, name: str | None = None) -> None:
+        """Write the changed spec of the schedule ``name`` (``ScheduleRecord.name``; default:
+        the id's, tenant ``default``); with ``move`` the next tick too (None: paused), which
+        makes a scheduler handing on the old tick lose its compare-and-set."""
+        sid = name or req.schedule_id
         mapping: dict[Any, str | int] = {"spec": json.dumps(req.model_dump(mode="json"), ensure_ascii=False),
                                    "updated_at": f"{time.time():.6f}"}
         if move:
@@ -185,17 +194,18 @@ class ScheduleStore:
         if move:
             self.set_due(sid, next_tick)
 
-    def delete(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> bool:
-        schedule_id = owned_name(tenant, schedule_id)
+    def delete(self, name: str) -> bool:
+        """Remove the schedule ``name`` (``ScheduleRecord.name``)."""
+        schedule_id = name
         pipe = self.r.pipeline(transaction=False)
         pipe.delete(self.keys.schedule(schedule_id))
         pipe.zrem(self.keys.schedules, schedule_id)
         pipe.zrem(self.keys.schedules_due, schedule_id)
         return bool(pipe.execute()[0])
 
-    def note_trigger(self, schedule_id: str, run_id: str, tenant: str = DEFAULT_TENANT) -> None:
-        """A run started by hand becomes the schedule's last run."""
-        self.r.hset(self.keys.schedule(owned_name(tenant, schedule_id)),
+    def note_trigger(self, name: str, run_id: str) -> None:
+        """A run started by hand becomes the last run of the schedule ``name``."""
+        self.r.hset(self.keys.schedule(name),
                     mapping={"last_run_id": run_id, "last_fired_at": f"{time.time():.6f}"})
 
     # -- the scheduler ---------------------------------------------------------------

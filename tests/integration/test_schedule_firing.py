@@ -106,3 +106,20 @@ def test_two_tenants_schedules_of_one_id_fire_apart(site: Site):
     assert site.store.get("nightly", "beta") is None
     assert site.store.get("nightly", "acme") is not None and site.store.get("nightly") is not None
     assert sorted((r.tenant, r.schedule_id) for r in site.store.all()) == [("acme", "nightly"), ("default", "nightly")]
+
+
+def test_a_schedule_stored_under_its_bare_id_keeps_firing_for_its_tenant(site: Site):
+    """Another tenant's schedule written under its bare id (before ids were per tenant) is
+    still fired and handed on under that name, and its tenant reads, changes and deletes it."""
+    now = 1_900_000_000
+    _schedule(site, "old", now)
+    site.r.hset(site.keys.schedule("old"), "tenant", "acme")
+    Firer(site.settings).fire_due(now)
+    rec = site.store.get("old", "acme")
+    assert rec is not None and rec.fired == 1 and rec.next_tick == now + 1 and rec.name == "old"
+    assert site.r.zscore(site.keys.schedules_due, "old") == now + 1
+    assert site.r.hget(site.keys.run(rec.last_run_id or ""), "tenant") == b"acme"
+    assert site.store.get("old", "beta") is None
+    assert site.schedules.set_paused("old", True, "acme")["paused"] is True
+    site.schedules.delete("old", "acme")
+    assert not site.r.exists(site.keys.schedule("old")) and site.r.zcard(site.keys.schedules) == 0
