@@ -126,8 +126,8 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
                       tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None,
                       cost_per_day_usd=quota.cost_per_day_usd, cost_budget_usd=state.cost_budget_usd)
     call = _step_call(state, deps)
-    # Tool selection is a call like the others: the caps are checked before it too.
-    if isinstance(next_step(state), CallLLM | Answer) or call is not None:
+    # Every step that calls a model — tool selection too — is checked against the caps first.
+    if call is not None:
         stop = _budget_stop(rt, state, deps, call)
         if stop is not None:
             return Gate(events=stop)
