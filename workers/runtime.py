@@ -98,13 +98,15 @@ class Runtime:
             defer(r, ops)
 
         def on_reserve(scope: FlowScope, amount: float) -> None:
+            run_id, budget = scope.run_id, scope.cost_budget_usd
+            read = [spending_op(keys, run_id)] if run_id is not None and budget is not None else []
             # The settles this step still defers go first: the check sees every call before it.
-            replies = execute(r, [*take(), *([spending_op(keys, scope.run_id)] if scope.run_id else [])])
-            failed(replies[:-1] if scope.run_id else replies)
-            if scope.run_id and scope.cost_budget_usd is not None:
+            replies = execute(r, [*take(), *read])
+            failed(replies[:len(replies) - len(read)])
+            if read and budget is not None:
                 cost = float(checked(replies[-1])[1] or 0.0)
-                if cost >= scope.cost_budget_usd:
-                    raise CostCapReached("run", cost, scope.cost_budget_usd)
+                if cost >= budget:
+                    raise CostCapReached("run", cost, budget)
             if scope.cost_per_day_usd is not None and scope.member is not None:
                 got = tenant_spend.reserve(scope.tenant, scope.member, amount, scope.cost_per_day_usd)
                 if not got.ok:
