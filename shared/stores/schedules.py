@@ -3,9 +3,9 @@
 
 A schedule id is its tenant's: keys and set members use its name ``tenancy.owned_name``
 (the id itself for tenant ``default``, ``tenant/id`` for any other), so two tenants may
-use one id and never meet. A schedule of another tenant stored under its bare id (written
-before ids were per tenant) is still found by its tenant and fired, changed and deleted
-under the name it is stored as (``ScheduleRecord.name``).
+use one id and never meet. A schedule of another tenant whose hash is at its bare id is
+found by its tenant too (its ``tenant`` field decides), and fired, changed and deleted under
+the name it is stored as (``ScheduleRecord.name``).
 
 The hash decides; ``schedules:due`` is a hint (id → next tick) that the scheduler repairs
 whenever it meets a stale member. A tick is handed on with one compare-and-set script on the

@@ -109,8 +109,8 @@ def test_two_tenants_schedules_of_one_id_fire_apart(site: Site):
 
 
 def test_a_schedule_stored_under_its_bare_id_keeps_firing_for_its_tenant(site: Site):
-    """Another tenant's schedule written under its bare id (before ids were per tenant) is
-    still fired and handed on under that name, and its tenant reads, changes and deletes it."""
+    """Another tenant's schedule whose hash is at its bare id is fired and handed on under
+    that name, and its tenant reads, changes and deletes it."""
     now = 1_900_000_000
     _schedule(site, "old", now)
     site.r.hset(site.keys.schedule("old"), "tenant", "acme")
