@@ -154,3 +154,4 @@ async def test_every_attempt_is_held_against_the_dollar_caps_and_settled(setup) 
     with flow_scope(FlowScope(run_id="r2")):  # no cap: nothing held
         await llm.chat(MSGS)
     assert [kind for kind, _, _ in log] == ["settle"]
+
