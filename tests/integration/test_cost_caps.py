@@ -211,6 +211,8 @@ def test_a_dags_planner_is_refused_at_its_tenants_daily_cap(cluster: FlowCluster
     (budget,) = [e for e in _dag_events(cluster, h.dag_id) if e.channel == "error"]
     assert (budget.data["kind"], budget.data["cap"], budget.data["cost_budget_usd"]) == ("budget", "tenant", 0.006)
     assert "daily cost cap reached" in budget.data["message"]
+    stops = sum(int(cluster.r.hget(key, '["dag_tenant_cost"]') or 0) for key in Keys().metrics_all("flow_budget_stops"))
+    assert stops >= 1
 
 
 def test_a_dags_analyzer_refused_at_the_cap_answers_from_its_steps(cluster: FlowCluster) -> None:

@@ -33,7 +33,7 @@ from reactq.shared.stores.flow import Limits
 from reactq.shared.tenants import quota_of
 from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
-from reactq.workers import webhooks
+from reactq.workers import metrics, webhooks
 from reactq.workers.app import app
 from reactq.workers.dags.typed import typed_answer
 from reactq.workers.runtime import Runtime, runtime
@@ -157,7 +157,7 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
     try:
         plan, usage = _make_plan(ctx, rec, state)
     except CostCapReached as cap:
-        t = M.stop_for_cost(state, cap.whose, cap.spent_usd, cap.cap_usd, env)
+        t = _refused(ctx, state, cap)
     except StructuredOutputError:
         t = M.fail(state, P.PLANNING_FAILED, env, kind="planning_failed")
     except Exception as exc:  # noqa: BLE001 — any other error ends the DAG, reported
@@ -205,6 +205,12 @@ def tenant_scope(ctx: DagContext, state: DagState) -> AbstractContextManager[Flo
     limits = Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None
     return flow_scope(FlowScope(tenant=state.tenant, tenant_limits=limits, spender=f"dag:{state.dag_id}",
                                 cost_per_day_usd=quota.cost_per_day_usd))
+
+
+def _refused(ctx: DagContext, state: DagState, cap: CostCapReached) -> M.Transition:
+    """A dollar cap refused one of the DAG's own calls: its ending (``M.stop_for_cost``)."""
+    metrics.budget_stop(ctx.rt.recorder, "dag_tenant_cost")
+    return M.stop_for_cost(state, cap.whose, cap.spent_usd, cap.cap_usd, ctx.env())
 
 
 def _interrupted(ctx: DagContext, state: DagState, env: M.Env) -> M.Transition | None:
@@ -268,7 +274,7 @@ def drive_analyze(ctx: DagContext, dag_id: str, round_no: int) -> None:
             outcome = ctx.rt.run(analyze(ctx.rt.llm(state.model), state.effective_goal(), state.steps,
                                          truncation=ctx.config.analyzer_truncation))
     except CostCapReached as cap:
-        ctx.save(state, rec.version, M.stop_for_cost(state, cap.whose, cap.spent_usd, cap.cap_usd, ctx.env()))
+        ctx.save(state, rec.version, _refused(ctx, state, cap))
         return
     env = ctx.env()
     t = _interrupted(ctx, state, env)
@@ -291,7 +297,7 @@ def drive_answer(ctx: DagContext, dag_id: str) -> None:
             with tenant_scope(ctx, state):
                 t = typed_answer(ctx, state, leftovers)
         except CostCapReached as cap:
-            t = M.stop_for_cost(state, cap.whose, cap.spent_usd, cap.cap_usd, ctx.env())
+            t = _refused(ctx, state, cap)
     if t is None:
         text, events = _answer_text(ctx, rec, state)
         env = ctx.env()  # the synthesis took time: elapsed is measured after it
@@ -324,6 +330,7 @@ def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str,
         with tenant_scope(ctx, state):
             ctx.rt.run(_stream(ctx, state, parts))
     except CostCapReached as cap:  # refused before the call: the steps' results answer
+        metrics.budget_stop(ctx.rt.recorder, "dag_tenant_cost")
         return "".join(parts) + fallback, [
             M.emit(state, "error", **M.cost_error(cap.whose, cap.spent_usd, cap.cap_usd, answering=True)),
             *(M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(fallback))]
