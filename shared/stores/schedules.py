@@ -139,9 +139,8 @@ class ScheduleStore:
         """``tenant``'s schedule ``schedule_id`` (None: it has none of that id)."""
         rec = self.named(owned_name(tenant, schedule_id))
         if rec is None and tenant != DEFAULT_TENANT:
-            bare = self.named(schedule_id)  # stored under its bare id
-            return bare if bare is not None and bare.tenant == tenant else None
-        return rec
+            rec = self.named(schedule_id)  # stored under its bare id
+        return rec if rec is not None and rec.tenant == tenant else None
 
     def named(self, name: str) -> ScheduleRecord | None:
         """The schedule of that name (a member of ``schedules:due``)."""

@@ -119,7 +119,7 @@ def test_a_schedule_stored_under_its_bare_id_keeps_firing_for_its_tenant(site: S
     assert rec is not None and rec.fired == 1 and rec.next_tick == now + 1 and rec.name == "old"
     assert site.r.zscore(site.keys.schedules_due, "old") == now + 1
     assert site.r.hget(site.keys.run(rec.last_run_id or ""), "tenant") == b"acme"
-    assert site.store.get("old", "beta") is None
+    assert site.store.get("old", "beta") is None and site.store.get("old") is None
     assert site.schedules.set_paused("old", True, "acme")["paused"] is True
     site.schedules.delete("old", "acme")
     assert not site.r.exists(site.keys.schedule("old")) and site.r.zcard(site.keys.schedules) == 0
