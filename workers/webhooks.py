@@ -143,7 +143,7 @@ def _materialize(rt: Runtime, wid: str) -> Delivery | None:
     result = json.loads(f["result"]) if f["result"] else None
     extra = {k: f[k] for k in _RUN_EXTRAS}
     data = (run_data(owner_id, f["status"], result, request, extra) if kind == "run"
-            else dag_data(owner_id, f["status"], result, request))
+            else {**dag_data(owner_id, f["status"], result, request), "tenant": owner_of(f["tenant"])})
     msg_type = DONE_TYPES[kind]
     st = store(rt)
     st.create(Delivery(webhook_id=wid, type=msg_type, url=spec.url, owner_kind=kind, owner_id=owner_id,

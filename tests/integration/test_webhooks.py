@@ -372,7 +372,9 @@ def test_deliveries_are_their_owners_tenants_and_only_that_tenant_reads_them(
                                                            "webhook": {"url": url}}).json()["dag_id"]
         batch_id = http.post("/v1/batches", headers=acme, json={"requests": [{"query": q}],
                                                                 "webhook": {"url": url}}).json()["batch_id"]
-        hooked.receiver.wait(path, 3, timeout=60)
+        got = hooked.receiver.wait(path, 3, timeout=60)
+        assert sorted(g.json["type"] for g in got) == ["batch.done", "dag.done", "run.done"]
+        assert {g.json["data"]["tenant"] for g in got} == {"acme"}
         for kind, owner, plural in (("run", run_id, "runs"), ("dag", dag_id, "dags"), ("batch", batch_id, "batches")):
             [stored] = hooked.deliveries(kind, owner)
             assert hooked.r.hget(Keys().webhook(stored["webhook_id"]), "tenant") == b"acme"
