@@ -49,19 +49,21 @@ class Schedules:
         next fire times."""
         self._check_run(req.run.model_dump(exclude_unset=True))
         first = None if req.paused else next_after(req.cadence(), time.time())
-        if not self.store.create(req, first, tenant):
+        if self.store.get(req.schedule_id, tenant) is not None or not self.store.create(req, first, tenant):
             raise ScheduleExists(f"schedule {req.schedule_id!r} exists", field="schedule_id")
-        return self.get(req.schedule_id)
+        return self.get(req.schedule_id, tenant)
 
-    def record(self, schedule_id: str) -> ScheduleRecord:
-        rec = self.store.get(schedule_id)
+    def record(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> ScheduleRecord:
+        """``tenant``'s schedule of that id (another tenant's is not found: ids are per tenant)."""
+        rec = self.store.get(schedule_id, tenant)
         if rec is None:
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
         return rec
 
-    def get(self, schedule_id: str, *, after: float | None = None, count: int = PREVIEW) -> dict[str, Any]:
+    def get(self, schedule_id: str, tenant: str = DEFAULT_TENANT, *, after: float | None = None,
+            count: int = PREVIEW) -> dict[str, Any]:
         """The schedule with ``next_fire_times``: ``count`` ticks after ``after`` (default now)."""
-        return self.view(self.record(schedule_id), after=after, count=count)
+        return self.view(self.record(schedule_id, tenant), after=after, count=count)
 
     @staticmethod
     def view(rec: ScheduleRecord, *, after: float | None = None, count: int = PREVIEW) -> dict[str, Any]:
@@ -77,31 +79,31 @@ class Schedules:
         return {"schedules": [self.view(rec) for rec in recs if tenant is None or rec.tenant == tenant],
                 "next_cursor": nxt}
 
-    def patch(self, schedule_id: str, patch: SchedulePatch) -> dict[str, Any]:
+    def patch(self, schedule_id: str, patch: SchedulePatch, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
         """Change fields (the merged schedule is validated again, errors naming the field)."""
-        rec = self.record(schedule_id)
+        rec = self.record(schedule_id, tenant)
         new, moved = merged({**rec.spec, "schedule_id": schedule_id}, patch)
         if patch.run is not None:
             self._check_run(patch.run)
         resumed = rec.paused and not new.paused
         move = moved or resumed or new.paused != rec.paused
         nxt = None if new.paused else next_after(new.cadence(), time.time())
-        self.store.update(new, nxt, move=move)
-        return self.get(schedule_id)
+        self.store.update(new, nxt, move=move, name=rec.name)
+        return self.get(schedule_id, tenant)
 
-    def set_paused(self, schedule_id: str, paused: bool) -> dict[str, Any]:
-        return self.patch(schedule_id, SchedulePatch(paused=paused))
+    def set_paused(self, schedule_id: str, paused: bool, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+        return self.patch(schedule_id, SchedulePatch(paused=paused), tenant)
 
-    def delete(self, schedule_id: str) -> None:
-        if not self.store.delete(schedule_id):
+    def delete(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> None:
+        if not self.store.delete(self.record(schedule_id, tenant).name):
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
 
-    def trigger(self, schedule_id: str) -> RunHandle:
+    def trigger(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> RunHandle:
         """One run now, filed under the schedule (no ``scheduled_for``: it is no tick's)."""
-        rec = self.record(schedule_id)
+        rec = self.record(schedule_id, tenant)
         handle = self.d.submit(RunRequest.model_validate(rec.spec["run"]), schedule_id=schedule_id,
                                tenant=rec.tenant)
-        self.store.note_trigger(schedule_id, handle.run_id)
+        self.store.note_trigger(rec.name, handle.run_id)
         return handle
 
 

@@ -25,7 +25,7 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``tenant:{t}:active``             | zset   | dispatcher, workers   | none (active run ids)       |
 | ``runs``                          | zset   | dispatcher            | none (run ids by created_at)|
 | ``runs:status:{status}``          | zset   | create/commit scripts | none; pruned like ``runs``  |
-| ``runs:batch:{id}``, ``runs:thread:{id}``, ``runs:schedule:{id}`` | zset | create | refreshed at each create |
+| ``runs:batch:{id}``, ``runs:thread:{tid}``, ``runs:schedule:{name}`` | zset | create | refreshed at each create |
 |   the run index behind ``GET /v1/runs`` (``shared/stores/runs_index.py``); members whose run hash
 |   expired are dropped by the listing that meets them
 | ``stall:<run_id>``                | string | workers (SET NX EX)   | the stall window (the sweeper's one resend) |
@@ -60,11 +60,12 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``thread:{tid}:queue``            | list   | dispatcher, workers   | with the thread (enqueued run ids, FIFO) |
 | ``thread:{tid}:history``          | list   | workers (release)     | with the thread (JSON {run_id, messages}) |
 | ``flow:{model}``                  | hash   | limiter (Lua)         | none (rtat, ttat, pause, …) |
-| ``schedule:{id}``                 | hash   | dispatcher, scheduler | none (until deleted)        |
-|   fields: spec (JSON), next_tick (epoch s; empty while paused), last_fired_at, last_run_id,
+| ``schedule:{name}``               | hash   | dispatcher, scheduler | none (until deleted)        |
+|   name: the schedule id for tenant ``default``, ``tenant/id`` for any other (``tenancy.owned_name``)
+|   fields: spec (JSON), tenant, next_tick (epoch s; empty while paused), last_fired_at, last_run_id,
 |   skipped, fired, last_error, created_at, updated_at (``shared/stores/schedules.py``)
-| ``schedules``                     | zset   | dispatcher            | none (schedule id → created_at) |
-| ``schedules:due``                 | zset   | dispatcher, scheduler | none (schedule id → next tick); a hint, the hash decides |
+| ``schedules``                     | zset   | dispatcher            | none (schedule name → created_at) |
+| ``schedules:due``                 | zset   | dispatcher, scheduler | none (schedule name → next tick); a hint, the hash decides |
 | ``redbeat:*``                     | various| the scheduler (celery-redbeat) | its lock: ``redbeat::lock`` |
 | ``flow:{model}:inflight``         | zset   | limiter               | none (call id → lease end)  |
 | ``flow:{model}:line:{priority}``  | zset   | limiter               | none (waiter → arrival ms)  |

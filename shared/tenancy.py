@@ -1,9 +1,9 @@
 """Tenants: who owns a run, DAG, batch or thread, and what a key may do (pure).
 
 Every record carries ``tenant`` (the tenant of the key that made it). Run, DAG and batch
-keys keep their names — the tenant is a field, checked on every access — while thread ids
-and idempotency keys are names a client chooses, so they are scoped by tenant here: two
-tenants' ``thread_id``s and idempotency keys never meet. Tenant ``default`` keeps the names
+keys keep their names — the tenant is a field, checked on every access — while thread ids,
+schedule ids and idempotency keys are names a client chooses, so they are scoped by tenant
+here: two tenants' ``thread_id``s, ``schedule_id``s and idempotency keys never meet. Tenant ``default`` keeps the names
 it always had, so data written before tenants existed stays valid.
 """
 
@@ -13,7 +13,7 @@ import re
 from typing import Literal, get_args
 
 __all__ = ["ADMIN", "DEFAULT_TENANT", "SCOPES", "Scope", "TENANT_PATTERN", "check_tenant",
-           "idem_scope", "owner_of", "parse_scopes", "thread_key"]
+           "idem_scope", "owned_name", "owner_of", "parse_scopes", "split_owned", "thread_key"]
 
 DEFAULT_TENANT = "default"
 TENANT_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -44,10 +44,23 @@ def parse_scopes(raw: str | list[str]) -> list[str]:
     return list(dict.fromkeys(items))
 
 
+def owned_name(tenant: str, ident: str) -> str:
+    """The name the Redis keys of ``tenant``'s object ``ident`` (a thread or schedule id the
+    client chose) are built from: ``ident`` itself for ``default``, else ``tenant/ident``.
+    Those ids never contain ``/`` (``THREAD_ID_PATTERN``, ``ID_PATTERN``), so ``tenant/``
+    cannot be forged by another tenant's id."""
+    return ident if tenant == DEFAULT_TENANT else f"{tenant}/{ident}"
+
+
+def split_owned(name: str) -> tuple[str, str]:
+    """``(tenant, ident)`` of a name made by ``owned_name``."""
+    tenant, sep, ident = name.partition("/")
+    return (tenant, ident) if sep else (DEFAULT_TENANT, name)
+
+
 def thread_key(tenant: str, thread_id: str) -> str:
-    """The name a thread's Redis keys are built from. A thread id never contains ``/``
-    (``THREAD_ID_PATTERN``), so ``tenant/`` cannot be forged by another tenant's id."""
-    return thread_id if tenant == DEFAULT_TENANT else f"{tenant}/{thread_id}"
+    """The name a thread's Redis keys are built from (``owned_name``)."""
+    return owned_name(tenant, thread_id)
 
 
 def idem_scope(tenant: str) -> str:

@@ -29,9 +29,10 @@ from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.stores.calls import CallLedger
 from reactq.shared.stores.flow import FlowLimiter
-from reactq.shared.stores.roundtrip import defer
+from reactq.shared.errors import CostCapReached
+from reactq.shared.stores.roundtrip import checked, defer, execute, failed, take
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
-from reactq.shared.stores.run_hash import cost_op, spend_op
+from reactq.shared.stores.run_hash import cost_op, spend_op, spending_op
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.spend import TenantSpend
 from reactq.shared.tools.base import ToolRegistry
@@ -79,8 +80,9 @@ class Runtime:
     @cached_property
     def flow(self) -> FlowControl:
         """Flow control for every model this worker calls (``reactq.shared.flow``): the
-        cluster-wide limiter, its metrics, and each call's spend in its run's record (sent with
-        the step's next round trip: right after the call, its read of interrupts)."""
+        cluster-wide limiter, its metrics, the dollar caps held before each call, and each
+        call's spend in its run's record and its tenant's day (sent with the step's next round
+        trip: right after the call, its read of interrupts)."""
         r, keys = self.redis, self.keys
 
         def on_spend(run_id: str, tokens: int) -> None:
@@ -90,13 +92,28 @@ class Runtime:
 
         def on_cost(scope: FlowScope, cost: float) -> None:
             # The run's dollars and its tenant's day (the reservation released), deferred alike.
-            assert scope.run_id is not None
-            ops = [tenant_spend.settle_op(scope.tenant, scope.run_id, cost)]
-            if cost:
+            assert scope.member is not None
+            ops = [tenant_spend.settle_op(scope.tenant, scope.member, cost)]
+            if cost and scope.run_id:
                 ops.append(cost_op(keys, scope.run_id, cost))
             defer(r, ops)
 
-        return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend, on_cost=on_cost,
+        def on_reserve(scope: FlowScope, amount: float) -> None:
+            run_id, budget = scope.run_id, scope.cost_budget_usd
+            read = [spending_op(keys, run_id)] if run_id is not None and budget is not None else []
+            # The settles this step still defers go first: the check sees every call before it.
+            replies = execute(r, [*take(), *read])
+            failed(replies[:len(replies) - len(read)])
+            if read and budget is not None:
+                cost = float(checked(replies[-1])[1] or 0.0)
+                if cost >= budget:
+                    raise CostCapReached("run", cost, budget)
+            if scope.cost_per_day_usd is not None and scope.member is not None:
+                got = tenant_spend.reserve(scope.tenant, scope.member, amount, scope.cost_per_day_usd)
+                if not got.ok:
+                    raise CostCapReached("tenant", got.spent + got.held, scope.cost_per_day_usd)
+
+        return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend, on_cost=on_cost, on_reserve=on_reserve,
                            on_event=flow_recorder(self.recorder),
                            completion_estimate=self.settings.flow_completion_estimate,
                            inline_wait_s=self.settings.flow_inline_wait_s)

@@ -39,6 +39,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.requests import WebhookSpec
 from reactq.shared.settings import Settings
 from reactq.shared.stores.webhooks import Delivery, WebhookStore
+from reactq.shared.tenancy import owner_of
 from reactq.shared.tools.netguard import Allowlist, FetchRefused, guarded_transport
 from reactq.shared.webhooks import (
     APPROVAL_TYPE, DONE_TYPES, body, due_member, judge, parse_webhook_id, retry_delay, run_data, webhook_id,
@@ -88,8 +89,9 @@ def enqueue_webhook(rt: Runtime, msg_type: str, data: dict[str, Any], *, webhook
     kind = "approval" if msg_type == APPROVAL_TYPE else owner[0]
     wid = webhook_id(kind, key)
     st = store(rt)
+    tenant = owner_of(st.owner_fields(owner[0], owner[1], ("tenant",))["tenant"])
     st.create(Delivery(webhook_id=wid, type=msg_type, url=spec.url, owner_kind=owner[0],
-                       owner_id=owner[1], body=body(msg_type, data, time.time())))
+                       owner_id=owner[1], body=body(msg_type, data, time.time()), tenant=tenant))
     st.arm(wid)
     send(WEBHOOK, [wid], WEBHOOKS_QUEUE)
     return wid
@@ -141,11 +143,12 @@ def _materialize(rt: Runtime, wid: str) -> Delivery | None:
     result = json.loads(f["result"]) if f["result"] else None
     extra = {k: f[k] for k in _RUN_EXTRAS}
     data = (run_data(owner_id, f["status"], result, request, extra) if kind == "run"
-            else dag_data(owner_id, f["status"], result, request))
+            else {**dag_data(owner_id, f["status"], result, request), "tenant": owner_of(f["tenant"])})
     msg_type = DONE_TYPES[kind]
     st = store(rt)
     st.create(Delivery(webhook_id=wid, type=msg_type, url=spec.url, owner_kind=kind, owner_id=owner_id,
-                       body=body(msg_type, data, float(f["updated_at"] or time.time()))))
+                       body=body(msg_type, data, float(f["updated_at"] or time.time())),
+                       tenant=owner_of(f["tenant"])))
     return st.load(wid)
 
 

@@ -238,12 +238,13 @@ def batch_webhook(dispatcher: Any, store: BatchStore, batch_id: str, tally: Tall
     counts = {k: view.get(k) for k in ("total", "done", "succeeded", "failed", "invalid")}
     data = {"batch_id": batch_id, "status": "cancelled" if tally.stopped == "cancelled" else "done",
             "answer": None, "output": None, "usage": {"total_tokens": view.get("tokens", tally.tokens)},
-            **counts, "skipped": tally.skipped, "stopped": tally.stopped}
+            **counts, "skipped": tally.skipped, "stopped": tally.stopped, "tenant": store.tenant(batch_id)}
     wid = webhook_id("batch", batch_id)
     s = dispatcher.settings
     hooks = WebhookStore(store.r, store.keys, ttl_seconds=s.run_ttl_seconds, due_seconds=s.due_seconds)
     hooks.create(Delivery(webhook_id=wid, type="batch.done", url=spec["url"], owner_kind="batch",
-                          owner_id=batch_id, body=body("batch.done", data, time.time())))
+                          owner_id=batch_id, body=body("batch.done", data, time.time()),
+                          tenant=store.tenant(batch_id)))
     hooks.arm(wid)
     return wid
 

@@ -31,6 +31,19 @@ app = typer.Typer(name="schedules", help="Runs that start themselves on time (cr
 JSON = typer.Option(False, "--json", help="print JSON")
 
 
+def _tenant(value: str) -> str:
+    from reactq.shared.tenancy import check_tenant
+
+    try:
+        return check_tenant(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+TENANT = typer.Option("default", "--tenant", callback=_tenant,
+                      help="the schedule's tenant (schedule ids are per tenant)")
+
+
 class Overlap(str, Enum):
     skip = "skip"
     allow = "allow"
@@ -80,6 +93,7 @@ def create(
     overlap: Overlap = typer.Option(Overlap.skip, "--overlap", help="a tick while the last run is active"),
     schedule_id: str | None = typer.Option(None, "--id", help="the schedule's id (default: a new one)"),
     paused: bool = typer.Option(False, "--paused", help="create it paused"),
+    tenant: str = TENANT,
     as_json: bool = JSON,
 ) -> None:
     """A new schedule: --cron EXPR or --interval SECONDS, and the QUERY each run asks."""
@@ -93,19 +107,19 @@ def create(
     if schedule_id is not None:
         body["schedule_id"] = schedule_id
     req = _call(ScheduleRequest.model_validate, body)
-    _show(_call(_service().create, req), as_json)
+    _show(_call(_service().create, req, tenant), as_json)
 
 
 def list_(as_json: bool = JSON) -> None:
-    """Every schedule."""
+    """Every tenant's schedules."""
     views = _service().list()
     if as_json:
         print(json.dumps({"schedules": views}, ensure_ascii=False))
         return
-    table = Table("schedule", "when", "query", "paused", "next", "last run", "skipped")
+    table = Table("schedule", "tenant", "when", "query", "paused", "next", "last run", "skipped")
     for v in views:
         when = f"{v['cron']} ({v['timezone']})" if v.get("cron") else f"every {v['interval_s']} s"
-        table.add_row(v["schedule_id"], when, str(v["run"].get("query", ""))[:60], "yes" if v["paused"] else "",
+        table.add_row(v["schedule_id"], v["tenant"], when, str(v["run"].get("query", ""))[:60], "yes" if v["paused"] else "",
                       v["next_fire_times"][0] if v["next_fire_times"] else "-", v["last_run_id"] or "-",
                       str(v["skipped"]))
     out.print(table)
@@ -115,6 +129,7 @@ def show(
     schedule_id: str = typer.Argument(..., help="the schedule's id"),
     from_: str | None = typer.Option(None, "--from", help="list the fire times after this ISO-8601 instant"),
     count: int = typer.Option(5, "--count", min=1, max=100, help="how many fire times (1-100)"),
+    tenant: str = TENANT,
     as_json: bool = JSON,
 ) -> None:
     """One schedule and its next fire times."""
@@ -126,31 +141,35 @@ def show(
             after = parse_instant(from_)
         except ValueError:
             fail("--from must be an ISO-8601 instant, e.g. 2027-03-27T00:00:00Z")
-    _show(_call(lambda: _service().get(schedule_id, after=after, count=count)), as_json)
+    _show(_call(lambda: _service().get(schedule_id, tenant, after=after, count=count)), as_json)
 
 
-def pause(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
+def pause(schedule_id: str = typer.Argument(..., help="the schedule's id"), tenant: str = TENANT,
+          as_json: bool = JSON) -> None:
     """Stop firing (ticks while paused are not caught up)."""
-    _show(_call(_service().set_paused, schedule_id, True), as_json)
+    _show(_call(_service().set_paused, schedule_id, True, tenant), as_json)
 
 
-def resume(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
+def resume(schedule_id: str = typer.Argument(..., help="the schedule's id"), tenant: str = TENANT,
+           as_json: bool = JSON) -> None:
     """Fire again, from the first tick after now."""
-    _show(_call(_service().set_paused, schedule_id, False), as_json)
+    _show(_call(_service().set_paused, schedule_id, False, tenant), as_json)
 
 
-def delete(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
+def delete(schedule_id: str = typer.Argument(..., help="the schedule's id"), tenant: str = TENANT,
+           as_json: bool = JSON) -> None:
     """Remove a schedule (its runs stay)."""
-    _call(_service().delete, schedule_id)
+    _call(_service().delete, schedule_id, tenant)
     if as_json:
         print(json.dumps({"schedule_id": schedule_id, "deleted": True}))
     else:
         out.print(f"deleted schedule {schedule_id}")
 
 
-def trigger(schedule_id: str = typer.Argument(..., help="the schedule's id"), as_json: bool = JSON) -> None:
+def trigger(schedule_id: str = typer.Argument(..., help="the schedule's id"), tenant: str = TENANT,
+            as_json: bool = JSON) -> None:
     """Start one run of the schedule now."""
-    handle = _call(_service().trigger, schedule_id)
+    handle = _call(_service().trigger, schedule_id, tenant)
     if as_json:
         print(json.dumps({"schedule_id": schedule_id, "run_id": handle.run_id}))
     else:

@@ -14,15 +14,19 @@ tenant's id → 404, exactly as an id that does not exist)::
 
 and a route of another kind checks its record in one line::
 
-    caller = await owned(request, gw, schedule_record(gw.keys, sid), "schedules:write")
+    caller = await owned(request, gw, Record("webhook", wid, gw.keys.webhook(wid)), "runs:read")
+
+Ids a client chooses (threads, schedules) are per tenant: a route finds the caller's
+tenant's object of that id (an admin names another tenant with ``?tenant=``).
 """
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
 
 from reactq.dispatcher.http.errors import Forbidden
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep, IdPath
@@ -30,11 +34,11 @@ from reactq.dispatcher.http.middleware import OPEN_PATHS, ASGIApp, Receive, Scop
 from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
-from reactq.shared.stores.records import Record, batch_record, dag_record, run_record, schedule_record
-from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT
+from reactq.shared.stores.records import Record, batch_record, dag_record, run_record
+from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owned_name
 
 __all__ = ["ApprovalWrite", "BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
-           "RunRead", "RunWrite", "ScheduleRead", "ScheduleWrite", "caller_of", "need", "owned"]
+           "RunRead", "RunWrite", "ScheduleRead", "ScheduleRef", "ScheduleWrite", "caller_of", "need", "owned"]
 
 _TOKEN_CALLER = Caller(DEFAULT_TENANT, frozenset({ADMIN}), key_id="REACTQ_API_TOKEN")
 UNAUTHORIZED = "missing, unknown or revoked API key (Authorization: Bearer <key>)"
@@ -147,10 +151,27 @@ def _batch(scope: str) -> Any:
     return Depends(dep)
 
 
+@dataclass(frozen=True)
+class ScheduleRef:
+    """A schedule of the route: its id and its tenant (schedule ids are per tenant)."""
+
+    schedule_id: str
+    tenant: str
+
+
 def _schedule(scope: str) -> Any:
-    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep) -> str:
-        await owned(request, gw, schedule_record(gw.keys, schedule_id), scope)
-        return schedule_id
+    """The caller's tenant's schedule of that id; an admin names another tenant's with
+    ``?tenant=`` (as for a thread)."""
+    async def dep(schedule_id: IdPath, request: Request, gw: GatewayDep,
+                  tenant: str | None = Query(None, max_length=63, description=(
+                      "an admin key: whose schedule (default: its own tenant's)"))) -> ScheduleRef:
+        caller = caller_of(request)
+        owner = tenant if tenant is not None and caller.admin else caller.tenant
+        key = gw.keys.schedule(owned_name(owner, schedule_id))
+        if owner != DEFAULT_TENANT and not await gw.aredis.exists(key):
+            key = gw.keys.schedule(schedule_id)  # stored under its bare id: its tenant field decides
+        await owned(request, gw, Record("schedule", schedule_id, key, present="spec"), scope)
+        return ScheduleRef(schedule_id, owner)
     return Depends(dep)
 
 
@@ -161,5 +182,5 @@ DagRead = Annotated[str, _dag("runs:read")]
 DagWrite = Annotated[str, _dag("dags:write")]
 BatchRead = Annotated[str, _batch("runs:read")]
 BatchWrite = Annotated[str, _batch("batches:write")]
-ScheduleRead = Annotated[str, _schedule("runs:read")]
-ScheduleWrite = Annotated[str, _schedule("schedules:write")]
+ScheduleRead = Annotated[ScheduleRef, _schedule("runs:read")]
+ScheduleWrite = Annotated[ScheduleRef, _schedule("schedules:write")]

@@ -2,7 +2,9 @@
 times or a ``?from=&count=`` preview, change, delete) and ``/v1/schedules/{id}/trigger``.
 
 Bad input is a 422 naming the field (``cron``, ``interval_s``, ``timezone``, ``run.<field>``,
-``from``, ``count``); an unknown schedule a 404; a taken ``schedule_id`` a 409.
+``from``, ``count``); an unknown schedule a 404; a ``schedule_id`` the caller's tenant uses
+already a 409. Schedule ids are per tenant: another tenant's schedule of the same id is
+another schedule (an admin key names a tenant with ``?tenant=``).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ def list_schedules(request: Request, gw: GatewayDep, caller: Annotated[Caller, n
 
 
 @router.get("/v1/schedules/{schedule_id}", response_model=ScheduleView)
-def get_schedule(schedule_id: ScheduleRead, request: Request, gw: GatewayDep,
+def get_schedule(schedule: ScheduleRead, request: Request, gw: GatewayDep,
                  from_: str | None = Query(None, alias="from", max_length=64,
                                            description="list the fire times after this ISO-8601 instant"),
                  count: int = Query(PREVIEW, ge=1, le=MAX_PREVIEW)) -> Any:
@@ -73,14 +75,14 @@ def get_schedule(schedule_id: ScheduleRead, request: Request, gw: GatewayDep,
         except ValueError:
             return field_error("from", "from must be an ISO-8601 instant, e.g. 2027-03-27T00:00:00Z",
                                where="query")
-    return _schedules(request, gw).get(schedule_id, after=after, count=count)
+    return _schedules(request, gw).get(schedule.schedule_id, schedule.tenant, after=after, count=count)
 
 
 @router.patch("/v1/schedules/{schedule_id}", response_model=ScheduleView)
-def patch_schedule(schedule_id: ScheduleWrite, patch: SchedulePatch, request: Request, gw: GatewayDep) -> Any:
+def patch_schedule(schedule: ScheduleWrite, patch: SchedulePatch, request: Request, gw: GatewayDep) -> Any:
     """Change fields (``paused: true|false`` pauses and resumes); the whole schedule back."""
     try:
-        return _schedules(request, gw).patch(schedule_id, patch)
+        return _schedules(request, gw).patch(schedule.schedule_id, patch, schedule.tenant)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from exc
     except RequestError as exc:
@@ -88,17 +90,18 @@ def patch_schedule(schedule_id: ScheduleWrite, patch: SchedulePatch, request: Re
 
 
 @router.delete("/v1/schedules/{schedule_id}", status_code=204)
-def delete_schedule(schedule_id: ScheduleWrite, request: Request, gw: GatewayDep) -> Response:
+def delete_schedule(schedule: ScheduleWrite, request: Request, gw: GatewayDep) -> Response:
     """Remove the schedule (its runs stay)."""
-    _schedules(request, gw).delete(schedule_id)
+    _schedules(request, gw).delete(schedule.schedule_id, schedule.tenant)
     return Response(status_code=204)
 
 
 @router.post("/v1/schedules/{schedule_id}/trigger", status_code=202, response_model=Triggered)
-def trigger_schedule(schedule_id: ScheduleWrite, request: Request, gw: GatewayDep) -> Any:
+def trigger_schedule(schedule: ScheduleWrite, request: Request, gw: GatewayDep) -> Any:
     """One run of the schedule now (it becomes ``last_run_id``)."""
+    schedule_id = schedule.schedule_id
     try:
-        handle = _schedules(request, gw).trigger(schedule_id)
+        handle = _schedules(request, gw).trigger(schedule_id, schedule.tenant)
     except RequestError as exc:
         return field_error(exc.field, str(exc))
     base = f"/v1/runs/{handle.run_id}"

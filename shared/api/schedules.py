@@ -11,6 +11,8 @@ class ScheduleView(ApiModel):
     """A schedule (``GET /v1/schedules/{id}``, and what its create and change answer)."""
 
     schedule_id: str
+    tenant: str
+    """Whose schedule it is (its runs are that tenant's); schedule ids are per tenant."""
     cron: str | None
     interval_s: int | None
     timezone: str

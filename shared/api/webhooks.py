@@ -15,6 +15,8 @@ class Delivery(ApiModel):
     """The ``webhook-id`` header, the same on every attempt."""
     type: str
     """``run.done``, ``dag.done``, ``batch.done`` or ``approval.requested``."""
+    tenant: str
+    """The tenant of the run, DAG or batch it is about (the only one that reads it)."""
     status: Literal["pending", "delivered", "failed"]
     attempts: int
     last_status_code: int | None

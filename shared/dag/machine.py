@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.events import Event
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest, RunRequest
@@ -44,8 +45,8 @@ from .state import FINISHED_STEP, DagState, RoundRecord, StepState
 
 __all__ = ["CancelRun", "Decision", "Effect", "Env", "Send", "StartRun", "Transition",
            "absorb_followups", "apply_analysis", "begin_round", "cancel", "child_request", "complete_step",
-           "conclude", "decide", "emit", "fail", "forward_progress", "new_dag", "result_of",
-           "schedule", "start_planning", "TASK_ADVANCE", "TASK_ANALYZE", "TASK_ANSWER",
+           "conclude", "cost_error", "decide", "emit", "fail", "forward_progress", "new_dag", "result_of",
+           "schedule", "start_planning", "stop_for_cost", "TASK_ADVANCE", "TASK_ANALYZE", "TASK_ANSWER",
            "TASK_PLAN"]
 
 def new_dag(dag_id: str, request: DagRequest, *, model: str, now: float) -> DagState:
@@ -334,8 +335,9 @@ def cancel(state: DagState, env: Env) -> Transition:
     return t
 
 
-def fail(state: DagState, message: str, env: Env, *, kind: str = "pipeline_error") -> Transition:
-    """End the DAG on an error of the pipeline itself: ``error`` then ``done``."""
+def fail(state: DagState, message: str, env: Env, *, kind: str = "pipeline_error",
+         **details: Any) -> Transition:
+    """End the DAG on an error of the pipeline itself: ``error`` (with ``details``) then ``done``."""
     t = Transition()
     for step in state.steps:
         if step.status == "running":
@@ -345,6 +347,31 @@ def fail(state: DagState, message: str, env: Env, *, kind: str = "pipeline_error
         elif step.status not in FINISHED_STEP:
             t.events.append(_finish_step(state, step, "skipped", message, env))
     state.error = message
-    t.events.append(emit(state, "error", message=message, kind=kind))
+    t.events.append(emit(state, "error", message=message, kind=kind, **details))
     t.events += conclude(state, message, env, status="failed")
     return t
+
+
+def cost_error(whose: str, spent_usd: float, cap_usd: float, *, answering: bool) -> dict[str, Any]:
+    """The ``error`` event's data for a dollar cap that refused one of the DAG's own calls
+    (as a run's: ``kind: "budget"``, ``cap``, ``spent_usd``, ``cost_budget_usd``, ``message``)."""
+    what = "Cost budget" if whose == "run" else "The tenant's daily cost cap"
+    then = "answering with the steps' results" if answering else "no further call is made"
+    return {"kind": "budget", "cap": whose, "spent_usd": round(spent_usd, 6), "cost_budget_usd": cap_usd,
+            "message": f"{what} reached: ${spent_usd:.4f} of ${cap_usd:.4f} spent; {then}"}
+
+
+def stop_for_cost(state: DagState, whose: str, spent_usd: float, cap_usd: float, env: Env) -> Transition:
+    """A dollar cap refused the planner's or the analyzer's call: no further call. Steps that
+    finished give the answer (their results, as when the synthesis fails); with none the DAG
+    fails."""
+    if not any(s.status == "completed" for s in state.steps):
+        data = cost_error(whose, spent_usd, cap_usd, answering=False)
+        message, kind = data.pop("message"), data.pop("kind")
+        return fail(state, message, env, kind=kind, **data)
+    text = fallback_answer(state.steps)
+    events = [emit(state, "error", **cost_error(whose, spent_usd, cap_usd, answering=True)),
+              emit(state, "answer", status="start"),
+              *(emit(state, "answer", status="delta", content=c) for c in fallback_chunks(text)),
+              emit(state, "answer", status="done")]
+    return Transition(events + conclude(state, text, env))

@@ -21,6 +21,7 @@ from typing import Any
 
 from reactq.shared.engine import billing
 from reactq.shared.engine.jsonx import text_json
+from reactq.shared.errors import CostCapReached
 from reactq.shared.llm.base import LLM
 from reactq.shared.models import ChatMessage, Usage
 
@@ -209,6 +210,8 @@ class ContextGuard:
         ]
         try:
             result = await self.llm.chat(request)
+        except CostCapReached:
+            raise  # a dollar cap refused the call: the run's calls end here
         except Exception as exc:  # noqa: BLE001 — compaction failure degrades to truncation.
             logger.info("Context compaction failed, truncating instead: %s", exc)
             return ""

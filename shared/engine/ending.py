@@ -13,6 +13,7 @@ from reactq.shared.engine import prompts as P
 from reactq.shared.engine.loop import emit
 from reactq.shared.engine.result import run_result
 from reactq.shared.engine.state import RunState
+from reactq.shared.errors import CostCapReached
 from reactq.shared.events import Event
 from reactq.shared.models import ChatMessage
 
@@ -26,6 +27,12 @@ def answer_delta(state: RunState, content: str) -> Event:
 
 
 def fallback_event(state: RunState, error: BaseException | str) -> Event:
+    """The ``error`` event of a synthesis that did not give the answer (the loop's answer is
+    used): ``synthesis_fallback`` — or, when a dollar cap refused the call, ``budget`` naming
+    the cap, as when a cap ends the run."""
+    if isinstance(error, CostCapReached):
+        return emit(state, "error", kind="budget", cap=error.whose, spent_usd=round(error.spent_usd, 6),
+                    cost_budget_usd=error.cap_usd, message=f"{error}; answering with the loop's answer")
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return emit(state, "error", message=f"Answer synthesis failed, using the loop's answer: {message}",
                 kind="synthesis_fallback")

@@ -3,7 +3,9 @@
 When the registry holds more tools than the threshold, one cheap structured call picks
 the relevant ones from a compact catalog (names and one-line descriptions, no schemas).
 Selection is an optimisation, never a gate: any failure means "use the full registry",
-signalled by ``None``. The ``phase`` event is the caller's business.
+signalled by ``None`` — but a call a dollar cap refused (``CostCapReached``) is no failure of
+selection: it ends the run's calls, so it is raised. The ``phase`` event is the caller's
+business.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from reactq.shared.errors import CostCapReached
 from reactq.shared.llm.base import LLM
 from reactq.shared.models import ChatMessage
 from reactq.shared.tools.base import Tool, ToolRegistry
@@ -74,7 +77,8 @@ async def select_tools(
 ) -> list[str] | None:
     """Names of the tools to offer for ``query``, in registration order.
 
-    ``None`` means "use the full registry". Never raises, except cancellation.
+    ``None`` means "use the full registry". Never raises, except cancellation and
+    ``CostCapReached``.
     """
     if keyword_shortcut:
         shortcut = keyword_select(query, registry, max_tools=max_tools)
@@ -82,7 +86,7 @@ async def select_tools(
             return _with_pins(registry, shortcut, pinned)
     try:
         names = await _ask_llm(llm, query, registry, max_tools, desc_length)
-    except asyncio.CancelledError:
+    except (asyncio.CancelledError, CostCapReached):
         raise
     except Exception as exc:  # noqa: BLE001 — a failed selection is never fatal.
         logger.warning("Tool selection failed, using the full registry: %s", exc)

@@ -44,12 +44,14 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
         available = deps.registry.filtered(state.available_tools)
         # On a thread, "and the other one?" needs the conversation to pick tools (the previous-conversation block).
         with billing.tally() as bill:
-            selected = await select_tools(
-                deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
-                max_tools=deps.config.tool_selection_max,
-                desc_length=deps.config.compact_catalog_desc_length,
-            )
-        state.usage = state.usage + bill.usage
+            try:
+                selected = await select_tools(
+                    deps.selection_llm or deps.llm, enriched_query(state.history, state.query), available,
+                    max_tools=deps.config.tool_selection_max,
+                    desc_length=deps.config.compact_catalog_desc_length,
+                )
+            finally:  # a cap that refused a later attempt leaves the earlier ones billed
+                state.usage = state.usage + bill.usage
     loop.set_tools(state, selected)
     loop.start(state, deps.schemas(state), now=deps.clock())
     return advanced(state, events, SelectTools())
@@ -61,8 +63,10 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     events: list[Event] = []
     if deps.guard is not None:
         with billing.tally() as bill:
-            compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
-        state.usage = state.usage + bill.usage
+            try:
+                compacted = await deps.guard.check_and_compact(state.messages, hint="react_iteration")
+            finally:
+                state.usage = state.usage + bill.usage
         events += loop.apply_compaction(state, compacted)
     turns = max_tool_turns(deps.llm)
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),

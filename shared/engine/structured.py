@@ -10,9 +10,9 @@ Three levels are tried in order, each only if the model can do it:
 * ``plain_text``: free text through ``extract_json`` then ``regex_fallback``, one retry.
 
 A failed attempt is: the LLM raised, no JSON object was found, or ``parse_fn`` returned
-``None`` or raised. Only ``StructuredOutputError``, cancellation and the exception types the
-caller names in ``passthrough`` (e.g. ``RateLimited``: the step waits, it did not fail) ever
-escape.
+``None`` or raised. Only ``StructuredOutputError``, cancellation, ``CostCapReached`` (a dollar
+cap refused the attempt: no other level is tried) and the exception types the caller names in
+``passthrough`` (e.g. ``RateLimited``: the step waits, it did not fail) ever escape.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from reactq.shared.engine import billing
-from reactq.shared.errors import StructuredOutputError
+from reactq.shared.errors import CostCapReached, StructuredOutputError
 from reactq.shared.llm.base import LLM, ability
 from reactq.shared.models import ChatMessage, LLMResult, Usage
 
@@ -110,6 +110,8 @@ class _Session:
             result = await self.llm.chat(
                 messages, temperature=self.temperature, max_tokens=self.max_tokens, **kwargs
             )
+        except CostCapReached:
+            raise  # a dollar cap refused the attempt: no other level is tried
         except self.passthrough:
             raise
         except Exception as exc:  # noqa: BLE001 — any LLM failure is a failed attempt.

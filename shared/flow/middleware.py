@@ -9,13 +9,18 @@ through it, so all of them:
 2. wait in place when the start is near (≤ ``inline_wait_s``), and otherwise raise
    ``RateLimited`` when the caller can be resumed later (``FlowScope.defer``: the Celery
    shell gives the worker slot back and sends the step again) — or sleep (in-process);
-3. settle the reservation with the usage the provider reported, and add what was paid to
-   the run's spend (``on_spend``: the run hash, so a worker crash does not reset it);
+3. hold their worst case in dollars against the dollar caps of their scope (``on_reserve``:
+   the run's ``cost_budget_usd``, its tenant's ``cost_per_day_usd``) — a cap reached raises
+   ``CostCapReached`` and the call is not made — and, after the call, settle the reservation
+   with the usage the provider reported and add what was paid to the spend (``on_spend`` /
+   ``on_cost``: the run hash and the tenant's day, so a worker crash does not reset it);
 4. turn a provider 429 (or 503 with ``Retry-After``) into a pause of that model for every
    worker, with the SDK's own retry of it switched off (no stampede).
 
-Who is calling is set by the shell with ``flow_scope(...)`` (a context variable): run id,
-priority, and possibly a ticket already admitted at the step boundary.
+Who is calling is set by the shell with ``flow_scope(...)`` (a context variable): run id (or
+the DAG whose own calls these are), priority, the dollar caps, and possibly a ticket already
+admitted at the step boundary. Every attempt — a retry after a provider 429, each level and
+repair of a structured call — is a call of its own: admitted, reserved and settled.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 from reactq.shared.errors import LLMError, RateLimited
 from reactq.shared.stores.flow import Denied, FlowLimiter, Limits, Priority, Ticket
 from reactq.shared.llm.base import LLM, DelegatingLLM
+from reactq.shared.llm.pricing import Price, reserve_cost
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,22 @@ class FlowScope:
     admitted by the limiter under ``tenant_flow_name(tenant)`` as well as by its model's."""
     tenant_tickets: dict[str, Ticket] = field(default_factory=dict)
     """The tenant's ticket of each model ticket in use (by the model ticket's call id)."""
+    spender: str | None = None
+    """Who pays in the tenant's day (its reservations' member): ``run_id`` when unset; a
+    DAG's own calls (planner, analyzer, synthesis) use ``dag:<id>``."""
+    cost_per_day_usd: float | None = None
+    """The tenant's daily dollar cap (``REACTQ_TENANTS``), held before every call."""
+    cost_budget_usd: float | None = None
+    """The run's own dollar cap (``RunRequest.cost_budget_usd``), checked before every call."""
+
+    @property
+    def member(self) -> str | None:
+        """The spender of these calls (the tenant's day, the run's spend)."""
+        return self.spender or self.run_id
+
+    @property
+    def capped(self) -> bool:
+        return self.cost_per_day_usd is not None or self.cost_budget_usd is not None
 
 
 def tenant_flow_name(tenant: str) -> str:
@@ -109,8 +131,11 @@ class FlowControl:
     limiter: FlowLimiter
     on_spend: Callable[[str, int], None] | None = None
     on_cost: Callable[[FlowScope, float], None] | None = None
-    """After every call of a run (failed ones too, with 0): its dollars, to settle the
-    reservation the step boundary made (``reactq.shared.stores.spend``)."""
+    """After every call of a run or a DAG (failed ones too, with 0): its dollars, to settle
+    the reservation ``on_reserve`` made (``reactq.shared.stores.spend``)."""
+    on_reserve: Callable[[FlowScope, float], None] | None = None
+    """Before every call of a scope with a dollar cap: hold the call's worst case (dollars)
+    for ``scope.member``; raises ``CostCapReached`` when a cap is reached."""
     on_event: Callable[[str, dict[str, Any]], None] | None = None
     """Metrics: ``("wait"|"provider_429"|"settle", fields)``; must never raise."""
     completion_estimate: int = 512
@@ -220,8 +245,20 @@ class LimitedLLM(DelegatingLLM):
             self.flow.on_spend(run_id, paid)
         self._cost(scope, float((usage or {}).get("cost_usd") or 0.0))
 
+    def reserve(self, tokens: int) -> None:
+        """Hold this call's worst case against its scope's dollar caps (``CostCapReached``:
+        the call is not made). A model without a price holds nothing: the door refuses caps
+        over such models."""
+        scope = current_scope()
+        if not scope.capped or scope.member is None or self.flow.on_reserve is None:
+            return
+        price = getattr(self, "price", None)
+        completion = self.flow.completion_estimate
+        worst = reserve_cost(max(0, tokens - completion), completion, price) if isinstance(price, Price) else 0.0
+        self.flow.on_reserve(scope, worst)
+
     def _cost(self, scope: FlowScope, cost: float) -> None:
-        if scope.run_id and self.flow.on_cost is not None:
+        if scope.member and self.flow.on_cost is not None:
             try:
                 self.flow.on_cost(scope, cost)
             except Exception as exc:  # the spend is the run's: never fail the call here
@@ -247,7 +284,12 @@ class LimitedLLM(DelegatingLLM):
 
     async def _retrying(self, call: Callable[[], Any], tokens: int) -> tuple[Ticket, Any]:
         while True:
-            ticket = await self.admit(tokens)
+            self.reserve(tokens)
+            try:
+                ticket = await self.admit(tokens)
+            except BaseException:
+                self._cost(current_scope(), 0.0)  # not admitted: release the reservation
+                raise
             try:
                 return ticket, await call()
             except LLMError as exc:

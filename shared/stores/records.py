@@ -1,5 +1,5 @@
 """What the gateway's async routes read of a record's hash — a run, a DAG, a batch, a
-schedule: whether it exists and whose it is (``dispatcher/http/auth.py``), its status (the
+schedule, a webhook delivery: whether it exists and whose it is (``dispatcher/http/auth.py``), its status (the
 SSE routes, to end a stream), and where its events are.
 
 The gateway's clients are ``redis.asyncio`` ones, made per event loop: a ``Record`` names the
@@ -49,7 +49,3 @@ def dag_record(keys: Keys, dag_id: str) -> Record:
 
 def batch_record(keys: Keys, batch_id: str) -> Record:
     return Record("batch", batch_id, keys.batch(batch_id))
-
-
-def schedule_record(keys: Keys, schedule_id: str) -> Record:
-    return Record("schedule", schedule_id, keys.schedule(schedule_id), present="spec")

@@ -37,7 +37,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.roundtrip import Op, Read, checked, execute, failed
 from reactq.shared.stores.runs_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD, inline_ops
 from reactq.shared.stores.streams import PUBLISH, entries_after, read_events, text, triples
-from reactq.shared.tenancy import DEFAULT_TENANT, owner_of, thread_key
+from reactq.shared.tenancy import DEFAULT_TENANT, owned_name, owner_of, thread_key
 
 # The statuses the run index keeps a set for.
 RUN_STATUSES: tuple[str, ...] = get_args(Status)
@@ -80,7 +80,8 @@ class RunStore:
         of a submitter killed before its claim finds and claims the run it wrote.
 
         A schedule's run records ``schedule_id`` (and, for a tick, ``scheduled_for``: the
-        nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{id}``.
+        nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{name}`` (its
+        tenant's name for it, ``tenancy.owned_name``).
         """
         now = time.time()
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
@@ -132,7 +133,7 @@ class RunStore:
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
                      ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []) + \
-                     ([self.keys.runs_schedule(schedule_id)] if schedule_id else []):
+                     ([self.keys.runs_schedule(owned_name(tenant, schedule_id))] if schedule_id else []):
             pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.expire(index, self._index_ttl)
 

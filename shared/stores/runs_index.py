@@ -5,8 +5,9 @@ itself, so the index never names a run that was not stored:
 
 * ``runs`` — every run, score = ``created_at`` (pruned at each create, as before);
 * ``runs:status:{status}`` — moved from set to set by ``commit`` when the status changes;
-* ``runs:batch:{id}`` / ``runs:thread:{id}`` / ``runs:schedule:{id}`` — written at create for
-  a run that belongs to an HTTP batch, carries a ``thread_id`` or was started by a schedule;
+* ``runs:batch:{id}`` / ``runs:thread:{tid}`` / ``runs:schedule:{name}`` — written at create for
+  a run that belongs to an HTTP batch, carries a ``thread_id`` or was started by a schedule
+  (a thread's and a schedule's under its tenant's name for it, ``tenancy.owned_name``);
   their TTL is refreshed at each create.
 
 A listing reads one set (the most selective filter: batch, thread, status, else all), then
@@ -31,7 +32,7 @@ import redis
 
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
-from reactq.shared.tenancy import DEFAULT_TENANT, thread_key
+from reactq.shared.tenancy import DEFAULT_TENANT, owned_name, thread_key
 
 QUERY_CHARS = 200  # the listing shows the start of each query, not 100,000 characters
 MAX_LIMIT = 500
@@ -114,7 +115,7 @@ class RunsIndex:
         if f.thread_id is not None:
             return self.keys.runs_thread(thread_key(f.tenant or DEFAULT_TENANT, f.thread_id))
         if f.schedule_id is not None:
-            return self.keys.runs_schedule(f.schedule_id)
+            return self.keys.runs_schedule(owned_name(f.tenant or DEFAULT_TENANT, f.schedule_id))
         if f.tenant is not None and f.tenant != DEFAULT_TENANT:
             # ``default``'s runs include those made before tenants: the whole index, filtered.
             return self.keys.runs_tenant(f.tenant)

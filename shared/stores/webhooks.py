@@ -2,7 +2,8 @@
 message's member in the ``due`` set while it is pending.
 
 * ``webhook:{webhook_id}`` (hash): the message (``type``, ``url``, ``body``: the exact bytes
-  every attempt sends) and its delivery (``status`` pending | delivered | failed,
+  every attempt sends), its owner and the owner's ``tenant`` (whose delivery it is), and its
+  delivery (``status`` pending | delivered | failed,
   ``attempts``, ``last_status_code``, ``last_error``, ``next_attempt_at``).
 * ``run:{id}:webhooks`` (and ``dag:``, ``batch:``): the owner's webhook ids by creation time.
 * ``due`` member ``webhook:<webhook_id>``: armed (``ZADD NX``) before or with the terminal
@@ -24,6 +25,7 @@ from reactq.shared.stores.due import deadline_ms
 from reactq.shared.keys import Keys
 from reactq.shared.stores.roundtrip import Op
 from reactq.shared.stores.streams import text
+from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.webhooks import due_member
 
 # KEYS: the delivery hash. ARGV: ttl s, then field/value pairs. Writes the delivery only if
@@ -35,7 +37,7 @@ redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
 return 1
 """
 
-PUBLIC_FIELDS = ("webhook_id", "type", "status", "attempts", "last_status_code", "next_attempt_at")
+PUBLIC_FIELDS = ("webhook_id", "type", "tenant", "status", "attempts", "last_status_code", "next_attempt_at")
 
 
 @dataclass
@@ -54,6 +56,8 @@ class Delivery:
     last_error: str | None = None
     next_attempt_at: float | None = None
     created_at: float = 0.0
+    tenant: str = DEFAULT_TENANT
+    """The tenant of the run, DAG or batch it is about: only that tenant (and admins) read it."""
 
     def public(self) -> dict[str, Any]:
         """What ``GET …/webhooks`` lists (the URL and body stay in the log)."""
@@ -108,7 +112,7 @@ class WebhookStore:
             last_status_code=int(f["last_status_code"]) if f.get("last_status_code") else None,
             last_error=f.get("last_error") or None,
             next_attempt_at=float(f["next_attempt_at"]) if f.get("next_attempt_at") else None,
-            created_at=float(f.get("created_at") or 0))
+            created_at=float(f.get("created_at") or 0), tenant=owner_of(f.get("tenant")))
 
     def attempted(self, d: Delivery) -> None:
         """Save an attempt's outcome (``d`` as updated) and move its due member: at the next
@@ -136,16 +140,19 @@ class WebhookStore:
         values = self.r.hmget(self._owner_key(kind, owner_id), list(names))
         return dict(zip(names, (None if v is None else text(v) for v in values), strict=True))
 
-    def list_for(self, kind: str, owner_id: str) -> list[dict[str, Any]]:
-        """The owner's deliveries, oldest first (``GET /v1/runs/{id}/webhooks``)."""
+    def list_for(self, kind: str, owner_id: str, tenant: str | None = None) -> list[dict[str, Any]]:
+        """The owner's deliveries, oldest first (``GET /v1/runs/{id}/webhooks``); with
+        ``tenant``, only those of that tenant."""
         wids = [text(w) for w in self.r.zrange(self.keys.owner_webhooks(kind, owner_id), 0, -1)]
-        return [d.public() for w in wids if (d := self.load(w)) is not None]
+        return [d.public() for w in wids
+                if (d := self.load(w)) is not None and (tenant is None or d.tenant == tenant)]
 
 
 def _fields(d: Delivery) -> dict[Any, str | int | float]:
     out: dict[Any, str | int | float] = {
         "webhook_id": d.webhook_id, "type": d.type, "url": d.url, "owner_kind": d.owner_kind,
-        "owner_id": d.owner_id, "body": d.body, "status": d.status, "attempts": d.attempts,
+        "owner_id": d.owner_id, "tenant": d.tenant, "body": d.body, "status": d.status,
+        "attempts": d.attempts,
         "last_status_code": "" if d.last_status_code is None else d.last_status_code,
         "last_error": d.last_error or "",
         "next_attempt_at": "" if d.next_attempt_at is None else f"{d.next_attempt_at:.3f}",

@@ -1,19 +1,26 @@
 """Dollar caps and a tenant's request rate through real workers: a run's ``cost_budget_usd`` and a tenant's
 ``cost_per_day_usd`` stop on the call that reaches them (the summary path, ``error`` kind
-``budget``), the spend survives a worker killed with -9, and a cap over a model without a
-price is refused at the door."""
+``budget``) — tool selection and its structured-output repairs included — the spend survives
+a worker killed with -9, a DAG's own calls (planner, analyzer, synthesis) count in its
+tenant's day and stop at its cap, and a cap over a model without a price is refused at the
+door."""
 
 from __future__ import annotations
 
+import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from reactq.dispatcher.dag import DagDispatcher
 from reactq.shared.errors import RequestError
-from reactq.shared.requests import RunRequest
+from reactq.shared.keys import Keys
+from reactq.shared.requests import DagRequest, RunRequest
+from reactq.shared.stores.spend import TenantSpend, today
 from tests.integration.flow_kit import FlowCluster
 from tests.scripted_server import first_user_text, reply_text, reply_tool_calls
 
@@ -28,7 +35,8 @@ CALL_USD = 0.0035
 def cluster(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowCluster]:
     tmp = tmp_path_factory.mktemp("caps")
     tenants = tmp / "tenants.toml"
-    tenants.write_text("[tenants.thrifty]\ncost_per_day_usd = 0.006\n[tenants.metered]\nrpm = 120\n")
+    tenants.write_text("[tenants.thrifty]\ncost_per_day_usd = 0.006\n[tenants.metered]\nrpm = 120\n"
+                       "[tenants.planner]\ncost_per_day_usd = 0.006\n[tenants.halfway]\ncost_per_day_usd = 0.009\n")
     c = FlowCluster(redis_url, tmp, limits={"price": PRICE}, workers=1, REACTQ_TENANTS=str(tenants))
     c.settings = c.settings.model_copy(update={"tenants": tenants})
     c.d.settings = c.settings
@@ -118,3 +126,104 @@ def test_a_tenants_rpm_paces_its_calls_across_its_runs(cluster: FlowCluster) -> 
     # little: the pace is of admissions).
     assert times[-1] - times[0] >= 1.8, times
     assert int(cluster.r.hget("reactq:flow:{tenant:metered}", "calls") or 0) == 6
+
+
+# -- tool selection: a call like the others ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def selecting(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlowCluster]:
+    """Workers that select tools for every run (a threshold of 2 under the test catalog)."""
+    tmp = tmp_path_factory.mktemp("caps-selecting")
+    tenants = tmp / "tenants.toml"
+    tenants.write_text("[tenants.picky]\ncost_per_day_usd = 0.006\n")
+    c = FlowCluster(redis_url, tmp, limits={"price": PRICE}, workers=1, REACTQ_TENANTS=str(tenants),
+                    REACTQ_TOOL_SELECTION_THRESHOLD="2")
+    yield c
+    c.close()
+
+
+def _spent_today(c: FlowCluster, tenant: str, usd: float) -> None:
+    """The tenant's day as earlier calls left it: ``usd`` settled."""
+    spend = TenantSpend(c.r, Keys())
+    spend.settle_op(tenant, "earlier", usd).run(c.r)
+
+
+def test_tool_selection_is_held_against_the_tenants_daily_cap(selecting: FlowCluster) -> None:
+    _spent_today(selecting, "picky", 0.007)
+    q = selecting.book.script("caps: picky picks tools", [reply_text("one", usage=TURN)],
+                              synthesis=reply_text("answer", usage=TURN))
+    h = selecting.d.submit(RunRequest(query=q), tenant="picky")
+    assert h.result(timeout=30)["status"] == "succeeded"
+    assert _requests(selecting, q) == 0  # not even the selection call
+    (budget,) = [e for e in _events(selecting, h.run_id) if e.channel == "error"]
+    assert budget.data["kind"] == "budget" and budget.data["cap"] == "tenant"
+
+
+def test_selections_repair_attempts_are_held_against_the_run_budget(selecting: FlowCluster) -> None:
+    """The selection's first attempt ($0.0035) reaches a $0.003 budget: its structured-output
+    repairs (the next levels) are refused before they are sent, and the run ends on the
+    budget path."""
+    q = selecting.book.script("caps: selection that never parses", [reply_text("no JSON here", usage=TURN)],
+                              synthesis=reply_text("answer", usage=TURN))
+    h = selecting.d.submit(RunRequest(query=q, cost_budget_usd=0.003))
+    result = h.result(timeout=30)
+    assert result["status"] == "succeeded"
+    assert _requests(selecting, q) == 1
+    assert result["usage"]["cost_usd"] == pytest.approx(CALL_USD, abs=1e-12)
+    (budget,) = [e for e in _events(selecting, h.run_id) if e.channel == "error"]
+    assert budget.data["kind"] == "budget" and budget.data["cap"] == "run"
+
+
+# -- a DAG's own calls --------------------------------------------------------------------------
+
+def _dag_script(c: FlowCluster, uid: str) -> tuple[str, str]:
+    goal, task = f"Capped goal {uid}", f"Capped task {uid}"
+    plan = json.dumps({"steps": [{"id": "A", "task": task}]})
+    c.book.script(f"Goal: {goal}", [reply_text(plan, usage=TURN)], synthesis=reply_text(f"dag answer {uid}", usage=TURN))
+    c.book.script(f"Goal to evaluate: {goal}",
+                  [reply_text(json.dumps({"achieved": True, "confidence": 0.9, "reasoning": "ok"}), usage=TURN)])
+    c.book.script(f"Task: {task}", [reply_text("step done", usage=TURN)], synthesis=reply_text(f"result {uid}", usage=TURN))
+    return goal, task
+
+
+def _dag_events(c: FlowCluster, dag_id: str) -> list[Any]:
+    return [e for _, e in DagDispatcher(c.settings).handle(dag_id).events()]
+
+
+def test_a_dags_own_calls_count_in_its_tenants_day_and_its_totals(cluster: FlowCluster) -> None:
+    goal, _ = _dag_script(cluster, uuid.uuid4().hex[:8])
+    h = DagDispatcher(cluster.settings).submit(DagRequest(goal=goal), tenant="dagger")
+    result = h.result(timeout=60)
+    assert result["status"] == "succeeded", result
+    # Planner, the step's turn and synthesis, analyzer, synthesis: five priced calls.
+    assert result["usage"]["cost_usd"] == pytest.approx(5 * CALL_USD, abs=1e-9)
+    assert TenantSpend(cluster.r, Keys()).spent("dagger") == pytest.approx(5 * CALL_USD, abs=1e-9)
+    assert not [k for k in cluster.r.hkeys(Keys().tenant_spend("dagger", today())) if k.startswith(b"r:")]
+
+
+def test_a_dags_planner_is_refused_at_its_tenants_daily_cap(cluster: FlowCluster) -> None:
+    _spent_today(cluster, "planner", 0.007)
+    goal, _ = _dag_script(cluster, uuid.uuid4().hex[:8])
+    h = DagDispatcher(cluster.settings).submit(DagRequest(goal=goal), tenant="planner")
+    result = h.result(timeout=30)
+    assert result["status"] == "failed"
+    assert _requests(cluster, goal) == 0
+    (budget,) = [e for e in _dag_events(cluster, h.dag_id) if e.channel == "error"]
+    assert (budget.data["kind"], budget.data["cap"], budget.data["cost_budget_usd"]) == ("budget", "tenant", 0.006)
+    assert "daily cost cap reached" in budget.data["message"]
+    stops = sum(int(cluster.r.hget(key, '["dag_tenant_cost"]') or 0) for key in Keys().metrics_all("flow_budget_stops"))
+    assert stops >= 1
+
+
+def test_a_dags_analyzer_refused_at_the_cap_answers_from_its_steps(cluster: FlowCluster) -> None:
+    """$0.009 a day: the planner and the step's two calls spend $0.0105; the analyzer is
+    refused, and the step's result is the answer."""
+    uid = uuid.uuid4().hex[:8]
+    goal, _ = _dag_script(cluster, uid)
+    h = DagDispatcher(cluster.settings).submit(DagRequest(goal=goal), tenant="halfway")
+    result = h.result(timeout=60)
+    assert result["status"] == "succeeded" and f"result {uid}" in result["answer"]
+    assert _requests(cluster, f"Goal to evaluate: {goal}") == 0
+    assert result["usage"]["cost_usd"] == pytest.approx(3 * CALL_USD, abs=1e-9)
+    (budget,) = [e for e in _dag_events(cluster, h.dag_id) if e.channel == "error"]
+    assert (budget.data["kind"], budget.data["cap"]) == ("budget", "tenant")

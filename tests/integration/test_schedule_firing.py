@@ -79,3 +79,47 @@ def test_a_tick_is_handed_on_once(site: Site):
     assert not site.store.advance("cas", 101, 102)
     Firer(site.settings).fire_due(1_900_000_000)
     assert site.r.zcard(site.keys.schedules_due) == 0, "the deleted schedule left the due set"
+
+
+def test_two_tenants_schedules_of_one_id_fire_apart(site: Site):
+    """A schedule id is its tenant's: two tenants' ``nightly`` are two schedules, each firing
+    its own runs (its tenant's, under its own tick keys), listed and deleted on its own."""
+    now = 1_900_000_000
+    for tenant in ("acme", "beta"):
+        req = ScheduleRequest.model_validate({"schedule_id": "nightly", "interval_s": 1, "overlap": "allow",
+                                              "run": {"query": f"{tenant}'s tick"}})
+        assert site.store.create(req, now, tenant)
+    _schedule(site, "nightly", now)  # and the default tenant's, under the name it always had
+    assert site.r.exists(site.keys.schedule("nightly"))
+    Firer(site.settings).fire_due(now)
+    runs = {}
+    for tenant in ("acme", "beta", "default"):
+        rec = site.store.get("nightly", tenant)
+        assert rec is not None and rec.tenant == tenant and rec.fired == 1 and rec.last_run_id
+        fields = site.r.hgetall(site.keys.run(rec.last_run_id))
+        assert fields[b"tenant"].decode() == tenant and fields[b"schedule_id"] == b"nightly"
+        runs[tenant] = rec.last_run_id
+    assert len(set(runs.values())) == 3
+    assert runs["default"] == idempotent_id(tick_key("nightly", iso(now)))
+    assert site.run_ids("nightly") == [runs["default"]]
+    assert site.schedules.delete("nightly", "beta") is None
+    assert site.store.get("nightly", "beta") is None
+    assert site.store.get("nightly", "acme") is not None and site.store.get("nightly") is not None
+    assert sorted((r.tenant, r.schedule_id) for r in site.store.all()) == [("acme", "nightly"), ("default", "nightly")]
+
+
+def test_a_schedule_stored_under_its_bare_id_keeps_firing_for_its_tenant(site: Site):
+    """Another tenant's schedule whose hash is at its bare id is fired and handed on under
+    that name, and its tenant reads, changes and deletes it."""
+    now = 1_900_000_000
+    _schedule(site, "old", now)
+    site.r.hset(site.keys.schedule("old"), "tenant", "acme")
+    Firer(site.settings).fire_due(now)
+    rec = site.store.get("old", "acme")
+    assert rec is not None and rec.fired == 1 and rec.next_tick == now + 1 and rec.name == "old"
+    assert site.r.zscore(site.keys.schedules_due, "old") == now + 1
+    assert site.r.hget(site.keys.run(rec.last_run_id or ""), "tenant") == b"acme"
+    assert site.store.get("old", "beta") is None and site.store.get("old") is None
+    assert site.schedules.set_paused("old", True, "acme")["paused"] is True
+    site.schedules.delete("old", "acme")
+    assert not site.r.exists(site.keys.schedule("old")) and site.r.zcard(site.keys.schedules) == 0

@@ -106,6 +106,9 @@ ID_ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
     ("POST", "/v1/batches/{batch}/cancel", None, "batches:write"),
     ("POST", "/v1/runs/{live}/cancel", None, "runs:write"),
     ("POST", "/v1/dags/{dag}/cancel", None, "dags:write"),
+    ("GET", "/v1/runs/{run}/webhooks", None, "runs:read"),
+    ("GET", "/v1/dags/{dag}/webhooks", None, "runs:read"),
+    ("GET", "/v1/batches/{batch}/webhooks", None, "runs:read"),
     ("GET", "/v1/schedules/{schedule}", None, "runs:read"),
     ("PATCH", "/v1/schedules/{schedule}", {"paused": True}, "schedules:write"),
 ]
@@ -146,8 +149,8 @@ def test_every_id_route_by_caller(gateway: Gateway, world: World, route: Any) ->
     assert by["wrong_scope"].status_code == 403 and scope in by["wrong_scope"].text
     own = _call(world.as_("own", gateway), method, path, body, world.ids)
     assert own.status_code in (200, 202, 409), (own.status_code, own.text)
-    # An admin reaches every tenant's objects (a thread by its tenant's name for it).
-    admin_path = path + "?tenant=acme" if path.startswith("/v1/threads") else path
+    # An admin reaches every tenant's objects (a thread or a schedule by its tenant's name for it).
+    admin_path = path + "?tenant=acme" if path.startswith(("/v1/threads", "/v1/schedules")) else path
     assert _call(world.admin, method, admin_path, body, world.ids).status_code in (200, 202, 409)
 
 
@@ -271,3 +274,32 @@ def test_the_python_client_speaks_keys_and_gets_typed_refusals(gateway: Gateway,
         assert getattr(missing.value, "status_code", None) == 404
     with reactq.Client(gateway.url, api_key=TOKEN) as admin:
         admin.keys.revoke(made.key_id)
+
+
+def test_schedule_ids_are_per_tenant(gateway: Gateway, world: World, llm: Any) -> None:
+    """Another tenant may use the same schedule id: a schedule of its own (never a 409 that
+    tells it the id is taken), read, listed, triggered and deleted apart from the first."""
+    own, other = world.as_("own", gateway), world.as_("other", gateway)
+    sid = world.ids["schedule"]
+    q = llm.script(llm.unique("tenants: beta's schedule"), [reply_text("b")], synthesis=reply_text("beta"))
+    made = other.post("/v1/schedules", json={"schedule_id": sid, "interval_s": 3600, "paused": True,
+                                             "run": {"query": q}})
+    assert made.status_code == 201, made.text
+    assert other.post("/v1/schedules", json={"schedule_id": sid, "interval_s": 60,
+                                             "run": {"query": q}}).status_code == 409  # its own id, taken
+    assert other.get(f"/v1/schedules/{sid}").json()["run"]["query"] == q
+    assert own.get(f"/v1/schedules/{sid}").json()["cron"] == "30 2 * * *"
+    listed = {s["schedule_id"]: s for s in other.get("/v1/schedules").json()["schedules"]}
+    assert listed[sid]["interval_s"] == 3600
+    assert {s["schedule_id"]: s for s in own.get("/v1/schedules").json()["schedules"]}[sid]["cron"] == "30 2 * * *"
+    fired = other.post(f"/v1/schedules/{sid}/trigger")
+    assert fired.status_code == 202, fired.text
+    run_id = fired.json()["run_id"]
+    _wait_ended(other, run_id)
+    assert own.get(f"/v1/runs/{run_id}").status_code == 404
+    assert [r["run_id"] for r in other.get("/v1/runs", params={"schedule_id": sid}).json()["runs"]] == [run_id]
+    assert run_id not in {r["run_id"] for r in own.get("/v1/runs", params={"schedule_id": sid}).json()["runs"]}
+    assert world.admin.get(f"/v1/schedules/{sid}", params={"tenant": "beta"}).json()["run"]["query"] == q
+    assert other.delete(f"/v1/schedules/{sid}").status_code == 204
+    assert other.get(f"/v1/schedules/{sid}").status_code == 404
+    assert own.get(f"/v1/schedules/{sid}").status_code == 200

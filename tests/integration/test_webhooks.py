@@ -339,3 +339,56 @@ def test_a_call_waiting_for_a_person_sends_approval_requested_then_the_run_sends
     assert done.json["type"] == "run.done" and done.json["data"]["status"] == "cancelled"
     types = {d["type"] for d in hooked.deliveries("run", h.run_id)}
     assert types == {"approval.requested", "run.done"}
+
+
+def test_deliveries_are_their_owners_tenants_and_only_that_tenant_reads_them(
+        hooked: Hooked, llm: LLMFixture) -> None:
+    """A run's, a DAG's and a batch's deliveries carry the owner's tenant; the delivery
+    logs answer that tenant (and admins), and any other tenant's key a 404, as for an id
+    that never existed."""
+    token = "hooks-admin-token"
+    settings = hooked.settings.model_copy(update={"api_token": token})
+    uid = uuid.uuid4().hex[:8]
+    path = f"/tenant-{uid}"
+    url = hooked.receiver.plan(path, [Plan(200)])
+    goal, task = f"Tenant goal {uid}", f"Tenant task {uid}"
+    script_dag(llm, goal, analysis={"achieved": True, "confidence": 0.9, "reasoning": "ok"},
+               synthesis=f"dag answer {uid}")
+    script_step(llm, task, [reply_text("step done")], f"step result {uid}")
+    q = llm.script(llm.unique("tenant webhook run"), [reply_text("x")], synthesis=reply_text("y"))
+    with TestClient(create_app(settings)) as http:
+        admin = {"Authorization": f"Bearer {token}"}
+
+        def key(tenant: str) -> dict[str, str]:
+            made = http.post("/v1/keys", headers=admin, json={"tenant": tenant, "name": tenant,
+                                                             "scopes": ["runs:read", "runs:write", "dags:write",
+                                                                        "batches:write"]})
+            assert made.status_code == 201, made.text
+            return {"Authorization": f"Bearer {made.json()['key']}"}
+
+        acme, beta = key("acme"), key("beta")
+        run_id = http.post("/v1/runs", headers=acme, json={"query": q, "webhook": {"url": url}}).json()["run_id"]
+        dag_id = http.post("/v1/dags", headers=acme, json={"goal": goal, "steps": [{"id": "A", "task": task}],
+                                                           "webhook": {"url": url}}).json()["dag_id"]
+        batch_id = http.post("/v1/batches", headers=acme, json={"requests": [{"query": q}],
+                                                                "webhook": {"url": url}}).json()["batch_id"]
+        got = hooked.receiver.wait(path, 3, timeout=60)
+        assert sorted(g.json["type"] for g in got) == ["batch.done", "dag.done", "run.done"]
+        assert {g.json["data"]["tenant"] for g in got} == {"acme"}
+        for kind, owner, plural in (("run", run_id, "runs"), ("dag", dag_id, "dags"), ("batch", batch_id, "batches")):
+            [stored] = hooked.deliveries(kind, owner)
+            assert hooked.r.hget(Keys().webhook(stored["webhook_id"]), "tenant") == b"acme"
+            route = f"/v1/{plural}/{owner}/webhooks"
+            res = http.get(route, headers=acme)
+            assert res.status_code == 200, res.text
+            [d] = res.json()["deliveries"]
+            assert d["tenant"] == "acme" and d["webhook_id"] == stored["webhook_id"]
+            assert http.get(route, headers=beta).status_code == 404
+            assert http.get(route, headers=admin).json()["deliveries"][0]["tenant"] == "acme"
+        # A delivery filed under an owner of another tenant is never shown to this one.
+        stray = hooked.log.load(f"msg_run_{run_id}")
+        assert stray is not None
+        stray.webhook_id, stray.tenant = f"msg_stray_{uid}", "beta"
+        hooked.log.create(stray)
+        assert [d["webhook_id"] for d in http.get(f"/v1/runs/{run_id}/webhooks", headers=acme).json()["deliveries"]] \
+            == [f"msg_run_{run_id}"]

@@ -204,3 +204,15 @@ def test_a_language_directive_is_appended_as_a_bullet() -> None:
     system = synthesis_messages(state, language_directive="Answer in Korean.")[0].text()
 
     assert system.endswith("\n- Answer in Korean.")
+
+
+def test_a_synthesis_a_cap_refused_says_budget_not_fallback() -> None:
+    from reactq.shared.engine.ending import fallback_event
+    from reactq.shared.engine.state import RunState
+    from reactq.shared.errors import CostCapReached
+
+    state = RunState(run_id="r1", query="q", model="m", mode="native", max_iterations=3)
+    event = fallback_event(state, CostCapReached("tenant", 0.0071, 0.006))
+    assert (event.data["kind"], event.data["cap"], event.data["cost_budget_usd"]) == ("budget", "tenant", 0.006)
+    assert event.data["message"].startswith("The tenant's daily cost cap reached: $0.0071 of $0.0060 spent")
+    assert fallback_event(state, "no text").data["kind"] == "synthesis_fallback"

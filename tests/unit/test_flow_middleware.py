@@ -121,3 +121,37 @@ async def test_a_tenants_rpm_paces_its_calls_whatever_the_model_allows(setup) ->
     assert time.monotonic() - started >= 0.28
     assert lim.usage("tenant:acme")["rpm_used"] == 4
     assert scope.tenant_tickets == {}
+
+
+async def test_every_attempt_is_held_against_the_dollar_caps_and_settled(setup) -> None:
+    """A retry after a provider 429 is a call of its own: held before, settled after; a cap
+    that refuses the hold raises ``CostCapReached`` and the call is not made."""
+    from reactq.shared.errors import CostCapReached
+
+    lim, spent, flow = setup
+    log: list[tuple[str, str | None, float]] = []
+
+    def on_reserve(scope: FlowScope, amount: float) -> None:
+        log.append(("hold", scope.member, amount))
+        if len([x for x in log if x[0] == "hold"]) > 2:
+            raise CostCapReached("tenant", 1.0, 1.0)
+
+    flow.on_reserve = on_reserve
+    flow.on_cost = lambda scope, cost: log.append(("settle", scope.member, cost))
+    fake = Fake(fail=[_429(0.05)])
+    llm = LimitedLLM(fake, Limits(), flow)
+    with flow_scope(FlowScope(run_id="r1", cost_per_day_usd=1.0)):
+        await llm.chat(MSGS)
+        with pytest.raises(CostCapReached):
+            await llm.chat(MSGS)
+    assert fake.calls == 2  # the refused call was never sent
+    assert [(kind, member) for kind, member, _ in log] == [
+        ("hold", "r1"), ("settle", "r1"), ("hold", "r1"), ("settle", "r1"), ("hold", "r1")]
+    with flow_scope(FlowScope(spender="dag:d1", cost_per_day_usd=1.0)), pytest.raises(CostCapReached):
+        await llm.chat(MSGS)  # a DAG's own calls: held as the DAG
+    assert log[-1][:2] == ("hold", "dag:d1")
+    log.clear()
+    with flow_scope(FlowScope(run_id="r2")):  # no cap: nothing held
+        await llm.chat(MSGS)
+    assert [kind for kind, _, _ in log] == ["settle"]
+

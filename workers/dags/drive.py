@@ -23,13 +23,14 @@ from reactq.shared.dag.state import DagState
 from reactq.shared.stores.dags import DagNotFound, DagRecord
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.engine.synthesis import fallback_chunks
-from reactq.shared.errors import StructuredOutputError
+from reactq.shared.errors import CostCapReached, StructuredOutputError
 from reactq.shared.flow.middleware import FlowScope, flow_scope
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.flow import Limits
 from reactq.shared.tenants import quota_of
 from reactq.shared.wire import ITERATE
+from reactq.workers import metrics
 from reactq.workers.dags.context import DagContext
 from reactq.workers.dags.typed import typed_answer
 
@@ -71,6 +72,8 @@ def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
     t: M.Transition
     try:
         plan, usage = _make_plan(ctx, rec, state)
+    except CostCapReached as cap:
+        t = _refused(ctx, state, cap)
     except StructuredOutputError:
         t = M.fail(state, P.PLANNING_FAILED, env, kind="planning_failed")
     except Exception as exc:  # noqa: BLE001 — any other error ends the DAG, reported
@@ -110,11 +113,20 @@ def _make_plan(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[Execut
 
 
 def tenant_scope(ctx: DagContext, state: DagState) -> AbstractContextManager[FlowScope]:
-    """The DAG's own calls (planner, analyzer, synthesis) are its tenant's: counted in its
-    cost metrics and paced by its ``rpm`` / ``tpm``."""
+    """The DAG's own calls (planner, analyzer, synthesis, a typed answer's attempts) are its
+    tenant's: counted in its cost metrics and its day's spend (as ``dag:<id>``), held against
+    its ``cost_per_day_usd`` before each call (``CostCapReached``), paced by its ``rpm`` /
+    ``tpm``."""
     quota = quota_of(ctx.rt.settings, state.tenant)
     limits = Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None
-    return flow_scope(FlowScope(tenant=state.tenant, tenant_limits=limits))
+    return flow_scope(FlowScope(tenant=state.tenant, tenant_limits=limits, spender=f"dag:{state.dag_id}",
+                                cost_per_day_usd=quota.cost_per_day_usd))
+
+
+def _refused(ctx: DagContext, state: DagState, cap: CostCapReached) -> M.Transition:
+    """A dollar cap refused one of the DAG's own calls: its ending (``M.stop_for_cost``)."""
+    metrics.budget_stop(ctx.rt.recorder, "dag_tenant_cost")
+    return M.stop_for_cost(state, cap.whose, cap.spent_usd, cap.cap_usd, ctx.env())
 
 
 def _interrupted(ctx: DagContext, state: DagState, env: M.Env) -> M.Transition | None:
@@ -173,9 +185,13 @@ def drive_analyze(ctx: DagContext, dag_id: str, round_no: int) -> None:
     if live is None or live[1].phase != "analyzing" or live[1].round != round_no:
         return
     rec, state = live
-    with tenant_scope(ctx, state):
-        outcome = ctx.rt.run(analyze(ctx.rt.llm(state.model), state.effective_goal(), state.steps,
-                                     truncation=ctx.config.analyzer_truncation))
+    try:
+        with tenant_scope(ctx, state):
+            outcome = ctx.rt.run(analyze(ctx.rt.llm(state.model), state.effective_goal(), state.steps,
+                                         truncation=ctx.config.analyzer_truncation))
+    except CostCapReached as cap:
+        ctx.save(state, rec.version, _refused(ctx, state, cap))
+        return
     env = ctx.env()
     t = _interrupted(ctx, state, env)
     if t is None:
@@ -193,7 +209,11 @@ def drive_answer(ctx: DagContext, dag_id: str) -> None:
     t = _interrupted(ctx, state, env)
     if t is None and state.output_schema is not None:
         leftovers = [c for _, c in ctx.store.interrupts_after(dag_id, state.interrupt_cursor)]
-        t = typed_answer(ctx, state, leftovers)
+        try:
+            with tenant_scope(ctx, state):
+                t = typed_answer(ctx, state, leftovers)
+        except CostCapReached as cap:
+            t = _refused(ctx, state, cap)
     if t is None:
         text, events = _answer_text(ctx, rec, state)
         env = ctx.env()  # the synthesis took time: elapsed is measured after it
@@ -225,6 +245,11 @@ def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str,
     try:
         with tenant_scope(ctx, state):
             ctx.rt.run(_stream(ctx, state, parts))
+    except CostCapReached as cap:  # refused before the call: the steps' results answer
+        metrics.budget_stop(ctx.rt.recorder, "dag_tenant_cost")
+        return "".join(parts) + fallback, [
+            M.emit(state, "error", **M.cost_error(cap.whose, cap.spent_usd, cap.cap_usd, answering=True)),
+            *(M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(fallback))]
     except Exception as exc:  # noqa: BLE001 — a failed synthesis falls back
         log.warning("dag %s: synthesis failed: %s", state.dag_id, exc)
         return "".join(parts) + fallback, _fallback_events(state, fallback, exc)

@@ -38,7 +38,7 @@ from reactq.shared.events import Event
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.stores.run_hash import RunRecord, outcomes_of
 from reactq.workers.runs.stepio import LoadedIO
-from reactq.shared.errors import RateLimited
+from reactq.shared.errors import CostCapReached, RateLimited
 from reactq.shared.wire import ANSWER, ITERATE, TOOL
 from reactq.workers.runs import flow, listeners, threads
 from reactq.workers.runs.listeners import Send
@@ -165,6 +165,8 @@ def _llm_or_select(step: Step, fn: StepFn) -> Advance:
         return _cancellable(step, fn(step.state, deps, step.io))
     except RateLimited:
         raise  # not a failure: the step is sent again once the model has capacity
+    except CostCapReached as cap:  # a dollar cap refused a call of the step: the budget path
+        return step.advanced(flow.cap_stop(step.rt, step.state, cap, now=deps.clock()))
     except RunCancelled:
         return step.stop()
     except redis.RedisError:
@@ -209,6 +211,8 @@ def _answer_step(step: Step, published_seq: int) -> Advance | None:
     except RateLimited as wait:
         defer_stored(step, wait)
         return None
+    except CostCapReached as cap:
+        return step.advanced(flow.cap_stop(step.rt, step.state, cap, now=step.deps.clock()))
     except RunCancelled:
         return step.stop()
     except redis.RedisError:

@@ -3,7 +3,9 @@
 Before a step that calls a model (tool selection, a loop turn, the synthesis) ``gate``:
 
 * ends the run on the budget path when its recorded spend (``tokens_spent`` in the run
-  hash, written by the LLM middleware after every paid call) reached its ``token_budget``;
+  hash, written by the LLM middleware after every paid call) reached its ``token_budget``,
+  or its dollars a dollar cap (the run's ``cost_budget_usd``, its tenant's day with what the
+  calls in flight hold, this call's worst case held if it goes on);
 * asks the limiter to admit the step's call. Admitted: the ticket rides in the step's
   ``FlowScope`` and the middleware uses it. Not admitted: the step is committed with one
   ``phase {phase:"rate_limited", model, wait_s}`` event (only the first time it waits) and
@@ -11,7 +13,10 @@ Before a step that calls a model (tool selection, a loop turn, the synthesis) ``
   place in the model's waiting line (the limiter's line, by arrival).
 
 A ``RateLimited`` raised inside a step (a provider 429, or a helper call such as compaction
-that found no capacity) is handled the same way from the last committed state.
+that found no capacity) is handled the same way from the last committed state. The dollar
+caps ride in the step's ``FlowScope`` too: the middleware holds every further call of the
+step (a structured-output level or repair, compaction, a retry) against them, and a
+``CostCapReached`` it raises ends the run on the budget path (``cap_stop``).
 
 Celery messages of ``batch`` runs carry a lower priority (kombu's Redis transport keeps one
 list per priority step and pops ``0`` first), so interactive steps are taken first.
@@ -31,7 +36,7 @@ from reactq.shared.engine.next import Answer, CallLLM, Done, RunTools, SelectToo
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.engine.synthesis import synthesis_messages
-from reactq.shared.errors import RateLimited
+from reactq.shared.errors import CostCapReached, RateLimited
 from reactq.shared.events import Event
 from reactq.shared.stores.flow import Denied, Limits, Ticket
 from reactq.shared.flow.middleware import FlowScope, LimitedLLM, admit_now, estimate_tokens, flow_scope
@@ -118,9 +123,11 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     """Decide at the step boundary (see the module doc)."""
     quota = quota_of(rt.settings, state.tenant)
     scope = FlowScope(run_id=state.run_id, tenant=state.tenant, priority=state.priority, defer=True,
-                      tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None)
+                      tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None,
+                      cost_per_day_usd=quota.cost_per_day_usd, cost_budget_usd=state.cost_budget_usd)
     call = _step_call(state, deps)
-    if isinstance(next_step(state), CallLLM | Answer):
+    # Every step that calls a model — tool selection too — is checked against the caps first.
+    if call is not None:
         stop = _budget_stop(rt, state, deps, call)
         if stop is not None:
             return Gate(events=stop)
@@ -172,6 +179,12 @@ def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps,
         return None
     metrics.budget_stop(rt.recorder, "tenant_cost")
     return flowcontrol.stop_for_cost(state, got.spent + got.held, cap, "tenant", now=now)
+
+
+def cap_stop(rt: Runtime, state: RunState, cap: CostCapReached, *, now: float) -> list[Event]:
+    """The budget path's events for a call a dollar cap refused inside a step."""
+    metrics.budget_stop(rt.recorder, "run_cost" if cap.whose == "run" else "tenant_cost")
+    return flowcontrol.stop_for_cost(state, cap.spent_usd, cap.cap_usd, cap.whose, now=now)
 
 
 def _worst_case(llm: LLM, tokens: int) -> float:

@@ -4,7 +4,8 @@
 schedule whose next tick has come (``schedules:due``), tick by tick:
 
 1. a tick older than the catch-up window is skipped (all such ticks at once, counted);
-2. otherwise the tick's run id is the one its idempotency key ``schedule:{id}:{tick}`` names:
+2. otherwise the tick's run id is the one its idempotency key ``schedule:{id}:{tick}`` names
+   for the schedule's tenant (two tenants' schedules of one id fire runs of their own):
    if that run exists (a scheduler died after creating it) it is the tick's run; else the
    overlap policy decides, and the run is created (``RunStore.create``: written only if
    absent, the key claimed with ``SET NX``) and its first step sent;
@@ -66,26 +67,27 @@ class Firer:
     def fire_due(self, now: float | None = None) -> float:
         """Fire every tick that has come; the seconds until the next one (inf: none)."""
         now = time.time() if now is None else now
-        for sid in self.schedules.due_ids(now):
+        for name in self.schedules.due_names(now):
             try:
-                self.fire_schedule(sid, now)
+                self.fire_schedule(name, now)
             except redis.RedisError:
                 raise
             except Exception:  # one broken schedule must not stop the others
-                log.exception("schedule %s: firing failed", sid)
+                log.exception("schedule %s: firing failed", name)
         nxt = self.schedules.next_due()
         return math.inf if nxt is None else max(0.0, nxt - time.time())
 
-    def fire_schedule(self, schedule_id: str, now: float) -> None:
-        rec = self.schedules.get(schedule_id)
+    def fire_schedule(self, name: str, now: float) -> None:
+        """Fire the due ticks of the schedule ``name`` (``ScheduleRecord.name``)."""
+        rec = self.schedules.named(name)
         if rec is None or rec.paused or rec.next_tick is None:
-            self.schedules.set_due(schedule_id, None)  # deleted or paused: not due
+            self.schedules.set_due(name, None)  # deleted or paused: not due
             return
         tick: int | None = rec.next_tick
         while tick is not None and tick <= now:
             tick = self._hand_on(rec, tick, now)
         if tick is not None:  # None: someone else handed the tick on (and set it due)
-            self.schedules.set_due(schedule_id, tick)
+            self.schedules.set_due(name, tick)
 
     def _hand_on(self, rec: ScheduleRecord, tick: int, now: float) -> int | None:
         """Handle ``tick``; the next tick, or None when the compare-and-set was lost."""
@@ -93,11 +95,11 @@ class Firer:
         if too_late(tick, now, self.settings.schedule_catchup_s):
             n, nxt = count_until(rec.cadence, tick, cutoff)
             log.warning("schedule %s: %d tick(s) from %s skipped (older than the catch-up window)",
-                        rec.schedule_id, n, iso(tick))
-            return nxt if self.schedules.advance(rec.schedule_id, tick, nxt, skipped=n) else None
+                        rec.name, n, iso(tick))
+            return nxt if self.schedules.advance(rec.name, tick, nxt, skipped=n) else None
         nxt = next_after(rec.cadence, tick)
         run_id, error = self._fire_tick(rec, tick)
-        won = self.schedules.advance(rec.schedule_id, tick, nxt, run_id=run_id,
+        won = self.schedules.advance(rec.name, tick, nxt, run_id=run_id,
                                      skipped=0 if run_id else 1, error=error)
         if not won:
             return None
@@ -107,13 +109,13 @@ class Firer:
     def _fire_tick(self, rec: ScheduleRecord, tick: int) -> tuple[str | None, str]:
         """``(run id, "")`` when the tick has its run, ``(None, why)`` when it is skipped."""
         key = tick_key(rec.schedule_id, iso(tick))
-        run_id = idempotent_id(key)
+        run_id = idempotent_id(key, tenant=rec.tenant)
         if self.runs.exists(run_id):
             return run_id, ""  # created before a crash, or by another scheduler
         prev = rec.last_run_id
         action = overlap_action(rec.spec.get("overlap", "skip"), prev is not None and self._active(prev))
         if action == "skip":
-            log.info("schedule %s: tick %s skipped, run %s still active", rec.schedule_id, iso(tick), prev)
+            log.info("schedule %s: tick %s skipped, run %s still active", rec.name, iso(tick), prev)
             return None, ""
         if action == "cancel_previous" and prev is not None:
             self._cancel(prev)
@@ -125,7 +127,7 @@ class Firer:
                                         schedule_id=rec.schedule_id, scheduled_for=iso(tick), tenant=rec.tenant)
         if created:
             self.send(rid, 0, message_priorities(broker_url(self.settings))[req.priority])
-        log.info("schedule %s: tick %s → run %s", rec.schedule_id, iso(tick), rid)
+        log.info("schedule %s: tick %s → run %s", rec.name, iso(tick), rid)
         return rid, ""
 
     def _active(self, run_id: str) -> bool:
