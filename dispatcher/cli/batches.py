@@ -6,8 +6,8 @@
 * ``reactq batch status | cancel BATCH_ID`` act on an *HTTP batch* (``POST /v1/batches``),
   which a gateway drives and Redis keeps. ``cancel``: its runs in flight are cancelled and
   the lines not started end ``skipped``; exit 0 once asked, or when it had already ended
-  (nothing to cancel); 2 for an unknown id. ``reactq batch-cancel BATCH_ID``, the older name,
-  still works.
+  (nothing to cancel); 2 for an unknown id. ``reactq batch-cancel BATCH_ID`` is the same
+  command.
 """
 
 from __future__ import annotations
