@@ -198,8 +198,8 @@ class AsyncBatches(_Resource):
 
 
 class AsyncThreads(_Resource):
-    async def get(self, thread_id: str) -> Thread:
-        return await self._c.call(routes.get_thread(thread_id))
+    async def get(self, thread_id: str, *, tenant: str | None = None) -> Thread:
+        return await self._c.call(routes.get_thread(thread_id, tenant))
 
 
 class AsyncApprovals(_Resource):
@@ -219,17 +219,18 @@ class AsyncSchedules(_Resource):
     async def list(self, *, limit: int | None = None, cursor: str | None = None) -> ScheduleList:
         return await self._c.call(routes.list_schedules(limit, cursor))
 
-    async def get(self, schedule_id: str, *, from_: str | None = None, count: int | None = None) -> Schedule:
-        return await self._c.call(routes.get_schedule(schedule_id, from_, count))
+    async def get(self, schedule_id: str, *, from_: str | None = None, count: int | None = None,
+                  tenant: str | None = None) -> Schedule:
+        return await self._c.call(routes.get_schedule(schedule_id, from_, count, tenant))
 
-    async def update(self, schedule_id: str, **fields: Any) -> Schedule:
-        return await self._c.call(routes.update_schedule(schedule_id, fields))
+    async def update(self, schedule_id: str, *, tenant: str | None = None, **fields: Any) -> Schedule:
+        return await self._c.call(routes.update_schedule(schedule_id, fields, tenant))
 
-    async def delete(self, schedule_id: str) -> None:
-        await self._c.call(routes.delete_schedule(schedule_id))
+    async def delete(self, schedule_id: str, *, tenant: str | None = None) -> None:
+        await self._c.call(routes.delete_schedule(schedule_id, tenant))
 
-    async def trigger(self, schedule_id: str) -> Run:
-        return await self._c.call(routes.trigger_schedule(schedule_id))
+    async def trigger(self, schedule_id: str, *, tenant: str | None = None) -> Run:
+        return await self._c.call(routes.trigger_schedule(schedule_id, tenant))
 
 
 class AsyncKeys(_Resource):

@@ -150,8 +150,11 @@ def cancel_batch(batch_id: str) -> Call[Batch]:
 
 # -- threads, schedules, keys -------------------------------------------------------------------
 
-def get_thread(thread_id: str) -> Call[Thread]:
-    return Call("GET", f"/v1/threads/{_p(thread_id)}", Thread.model_validate, retry=True)
+# ``tenant``: an admin key's reach into another tenant's thread or schedule (ids a client
+# chooses are per tenant).
+
+def get_thread(thread_id: str, tenant: str | None = None) -> Call[Thread]:
+    return Call("GET", f"/v1/threads/{_p(thread_id)}", Thread.model_validate, params={"tenant": tenant}, retry=True)
 
 
 def create_schedule(fields: dict[str, Any]) -> Call[Schedule]:
@@ -164,21 +167,24 @@ def list_schedules(limit: int | None, cursor: str | None) -> Call[ScheduleList]:
                 retry=True)
 
 
-def get_schedule(schedule_id: str, from_: str | None, count: int | None) -> Call[Schedule]:
+def get_schedule(schedule_id: str, from_: str | None, count: int | None, tenant: str | None = None,
+                 ) -> Call[Schedule]:
     return Call("GET", f"/v1/schedules/{_p(schedule_id)}", Schedule.model_validate,
-                params={"from": from_, "count": count}, retry=True)
+                params={"from": from_, "count": count, "tenant": tenant}, retry=True)
 
 
-def update_schedule(schedule_id: str, fields: dict[str, Any]) -> Call[Schedule]:
-    return Call("PATCH", f"/v1/schedules/{_p(schedule_id)}", Schedule.model_validate, json=fields, retry=True)
+def update_schedule(schedule_id: str, fields: dict[str, Any], tenant: str | None = None) -> Call[Schedule]:
+    return Call("PATCH", f"/v1/schedules/{_p(schedule_id)}", Schedule.model_validate, json=fields,
+                params={"tenant": tenant}, retry=True)
 
 
-def delete_schedule(schedule_id: str) -> Call[None]:
-    return Call("DELETE", f"/v1/schedules/{_p(schedule_id)}", lambda _: None, retry=True)
+def delete_schedule(schedule_id: str, tenant: str | None = None) -> Call[None]:
+    return Call("DELETE", f"/v1/schedules/{_p(schedule_id)}", lambda _: None, params={"tenant": tenant},
+                retry=True)
 
 
-def trigger_schedule(schedule_id: str) -> Call[Run]:
-    return Call("POST", f"/v1/schedules/{_p(schedule_id)}/trigger", Run.model_validate)
+def trigger_schedule(schedule_id: str, tenant: str | None = None) -> Call[Run]:
+    return Call("POST", f"/v1/schedules/{_p(schedule_id)}/trigger", Run.model_validate, params={"tenant": tenant})
 
 
 def create_key(tenant: str, scopes: list[str], name: str | None) -> Call[ApiKey]:

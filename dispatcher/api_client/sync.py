@@ -199,8 +199,8 @@ class Batches(_Resource):
 
 
 class Threads(_Resource):
-    def get(self, thread_id: str) -> Thread:
-        return self._c.call(routes.get_thread(thread_id))
+    def get(self, thread_id: str, *, tenant: str | None = None) -> Thread:
+        return self._c.call(routes.get_thread(thread_id, tenant))
 
 
 class Approvals(_Resource):
@@ -221,17 +221,18 @@ class Schedules(_Resource):
     def list(self, *, limit: int | None = None, cursor: str | None = None) -> ScheduleList:
         return self._c.call(routes.list_schedules(limit, cursor))
 
-    def get(self, schedule_id: str, *, from_: str | None = None, count: int | None = None) -> Schedule:
-        return self._c.call(routes.get_schedule(schedule_id, from_, count))
+    def get(self, schedule_id: str, *, from_: str | None = None, count: int | None = None,
+            tenant: str | None = None) -> Schedule:
+        return self._c.call(routes.get_schedule(schedule_id, from_, count, tenant))
 
-    def update(self, schedule_id: str, **fields: Any) -> Schedule:
-        return self._c.call(routes.update_schedule(schedule_id, fields))
+    def update(self, schedule_id: str, *, tenant: str | None = None, **fields: Any) -> Schedule:
+        return self._c.call(routes.update_schedule(schedule_id, fields, tenant))
 
-    def delete(self, schedule_id: str) -> None:
-        self._c.call(routes.delete_schedule(schedule_id))
+    def delete(self, schedule_id: str, *, tenant: str | None = None) -> None:
+        self._c.call(routes.delete_schedule(schedule_id, tenant))
 
-    def trigger(self, schedule_id: str) -> Run:
-        return self._c.call(routes.trigger_schedule(schedule_id))
+    def trigger(self, schedule_id: str, *, tenant: str | None = None) -> Run:
+        return self._c.call(routes.trigger_schedule(schedule_id, tenant))
 
 
 class Keys(_Resource):

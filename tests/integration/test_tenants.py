@@ -274,6 +274,14 @@ def test_the_python_client_speaks_keys_and_gets_typed_refusals(gateway: Gateway,
         assert getattr(missing.value, "status_code", None) == 404
     with reactq.Client(gateway.url, api_key=TOKEN) as admin:
         admin.keys.revoke(made.key_id)
+        # An admin names another tenant's thread or schedule (ids a client chooses are per tenant).
+        sid = world.ids["schedule"]
+        with pytest.raises(reactq.ReactqError) as not_default:
+            admin.schedules.get(sid)
+        assert getattr(not_default.value, "status_code", None) == 404
+        assert admin.schedules.get(sid, tenant="acme").schedule_id == sid
+        assert admin.schedules.update(sid, tenant="acme", paused=True).schedule_id == sid
+        assert world.ids["run"] in {r.run_id for r in admin.threads.get("t1", tenant="acme").runs}
 
 
 def test_schedule_ids_are_per_tenant(gateway: Gateway, world: World, llm: Any) -> None:
