@@ -16,8 +16,8 @@ Hash layout (``FAMILIES`` is the schema both sides use):
   observations that fell in that bucket only (not cumulative; ``"+Inf"`` for the rest),
   and label values + ``"sum"`` → the sum of observed values. The reader accumulates.
 * ``metrics:inflight``: run id → start time, for every run started and not yet ended.
-* ``metrics:turns`` (no longer written: the run hash's ``turn_began`` holds when the run's
-  current tool turn began).
+* A tool turn's duration is measured from the run hash's ``turn_began`` (when the turn's
+  LLM call began), so no metrics key holds turns in flight.
 
 Recording never raises: a Redis hiccup costs a data point, never a run.
 """
