@@ -125,6 +125,10 @@ def test_overlap_cancel_previous_cancels_the_active_run_before_the_next_one(site
     assert d.handle(first).result(timeout=20)["status"] == "cancelled"
     rec = site.store.get("canceller")
     assert rec is not None and rec.skipped == 0
+    # No more ticks, and no run left thinking for the worker's shutdown to wait out.
+    site.schedules.delete("canceller")
+    for rid in site.run_ids("canceller"):
+        d.handle(rid).cancel()
 
 
 def test_pause_stops_ticks_and_resume_does_not_catch_them_up(site: Site):
