@@ -64,7 +64,8 @@ check-python:
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "reactq needs Python 3.11 or newer; $(PY) is $$($(PY) -V 2>&1). Run: make demo PY=python3.11"; exit 1; }
 
-# Slow fault tests (Redis/broker outages, a thousand watchers) and the fault suite's figures.
+# Slow fault tests (Redis/broker outages, a thousand watchers, crash-limit kill loops, the whole
+# kill-window matrix) and the fault suite's figures.
 test-faults: install
 	$(BIN)/python -m pytest -q -m faults
 

@@ -34,7 +34,6 @@ from reactq.shared.tools.base import Tool, ToolRegistry
 from reactq.shared.tools.builtins import BUILTIN_TOOLS, DEMO_TOOLS
 from reactq.shared.tools.http_fetch import http_fetch_tool
 from reactq.shared.tools.isolation import SPEC_KEY
-from reactq.shared.tools.mcp import load_mcp_config, mcp_tools
 
 __all__ = ["default_registry", "load_tools"]
 
@@ -75,11 +74,21 @@ def default_registry(settings: Settings) -> ToolRegistry:
                 for t in BUILTIN_TOOLS + (DEMO_TOOLS if settings.demo_tools else [])]
     for name in loaded_names & {t.name for t in builtins}:
         log.warning("REACTQ_TOOLS replaces the built-in tool '%s'", name)
-    remote = [t for t in mcp_tools(load_mcp_config(settings.mcp)) if t.name not in loaded_names]
+    remote = [t for t in _mcp_tools(settings) if t.name not in loaded_names]
     return ToolRegistry(
         [t for t in builtins if t.name not in loaded_names] + remote + loaded,
         default_timeout=settings.tool_timeout,
     )
+
+
+def _mcp_tools(settings: Settings) -> list[Tool]:
+    """The ``REACTQ_MCP`` servers' tools. The MCP SDK is imported only when a file is set: it
+    costs every process that loads tools (workers, tool runners, the gateway) a second."""
+    if settings.mcp is None or str(settings.mcp) == "":
+        return []
+    from reactq.shared.tools.mcp import load_mcp_config, mcp_tools
+
+    return list(mcp_tools(load_mcp_config(settings.mcp)))
 
 
 def builtin_http_fetch(settings: Settings) -> Tool:

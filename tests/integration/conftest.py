@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -268,6 +268,27 @@ def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
     return env
 
 
+def stop_together(procs: Iterable[subprocess.Popen[bytes]], grace: float = 10) -> None:
+    """SIGTERM every process group at once, then wait for all within one ``grace`` (kill -9
+    the rest): each warm shutdown takes seconds, and they need not take turns."""
+    running = [p for p in procs if p.poll() is None]
+    for p in running:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    for p in running:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
 class Worker:
     def __init__(self, name: str, proc: subprocess.Popen[bytes], log: Path) -> None:
         self.name = name
@@ -325,8 +346,7 @@ class WorkerFactory:
         raise RuntimeError(f"worker {worker.name} not ready in {timeout}s:\n{worker.log.read_text()[-3000:]}")
 
     def stop_all(self) -> None:
-        for w in self.started:
-            w.stop()
+        stop_together(w.proc for w in self.started)
 
 
 @pytest.fixture(scope="session")

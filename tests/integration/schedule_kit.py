@@ -27,7 +27,7 @@ from reactq.dispatcher.schedules import Schedules
 from reactq.shared.keys import Keys
 from reactq.shared.settings import Settings
 from reactq.shared.stores.schedules import ScheduleStore
-from tests.integration.conftest import ROOT, Backend, LLMFixture, WorkerFactory, worker_env
+from tests.integration.conftest import ROOT, Backend, LLMFixture, WorkerFactory, stop_together, worker_env
 
 #: Databases of their own (other test files flush theirs at start, as these do).
 _DBS = itertools.cycle([10, 11])
@@ -122,10 +122,7 @@ class Site:
         return [m.decode() for m in self.r.zrange(self.keys.runs_schedule(schedule_id), 0, -1)]
 
     def close(self) -> None:
-        for s in self.started:
-            s.stop()
-        for f in self._factories:
-            f.stop_all()
+        stop_together([s.proc for s in self.started] + [w.proc for f in self._factories for w in f.started])
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:

@@ -8,6 +8,8 @@ process manager would), with ``REACTQ_MAX_TASK_CRASHES=3``:
 * a run whose step kills its worker every time (a test-only fault point) ends ``failed``
   with ``error`` ``kind: "task_crashed"`` and ``done`` after three deaths;
 * another run on the same fleet finishes normally throughout.
+
+Part of the fault tier (``make test-faults``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from reactq.shared.settings import Settings
 from tests.integration.conftest import LLMFixture, Worker, WorkerFactory
 from tests.scripted_server import reply_text, reply_tool_calls
 
-pytestmark = pytest.mark.integration
+# Kill loops: each test kills LIMIT workers and waits for their replacements (≈ 15 s each).
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
 LIMIT = 3
 

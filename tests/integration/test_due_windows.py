@@ -11,7 +11,8 @@ at a chosen moment, another worker is started, and the stopped one is killed wit
 
 The run must finish on the other worker, within the bound (lease + grace + the watchdog's
 pass; the assertion allows much more, for a loaded machine: it only has to be far below
-the visibility timeout), with every event once and the tool run once.
+the visibility timeout), with every event once and the tool run once. ``make test`` runs the
+first window; the fault tier (``make test-faults``) runs them all.
 
 On RabbitMQ (``-m rabbitmq``): every worker is killed during an LLM call; the broker
 redelivers the step at once, the new worker finds the dead holder's lease alive and backs
@@ -90,9 +91,13 @@ WINDOWS = [
     ("before_lease:reactq.answer", "0", "the synthesis"),
     ("after_commit", "0", "the tool calls a commit made due, before they were sent"),
 ]
+#: Each window costs two worker starts and a kill (≈ 10 s): the first runs in ``make test``,
+#: the rest of the matrix in the fault tier (``make test-faults``).
+_WINDOW_CASES = [pytest.param(p, s, w, id=f"{p}+{s}", marks=[pytest.mark.faults] if i else [])
+                 for i, (p, s, w) in enumerate(WINDOWS)]
 
 
-@pytest.mark.parametrize(("point", "skip", "what"), WINDOWS, ids=[f"{p}+{s}" for p, s, _ in WINDOWS])
+@pytest.mark.parametrize(("point", "skip", "what"), _WINDOW_CASES)
 def test_a_worker_killed_in_the_window_before_the_lease_loses_nothing(
         own_redis: str, llm: LLMFixture, tmp_path: Path, point: str, skip: str, what: str) -> None:
     r = redis.Redis.from_url(own_redis)

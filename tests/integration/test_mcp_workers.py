@@ -58,9 +58,11 @@ def pair(redis_url, llm, tmp_path_factory, http_server):
     factory.stop_all()
 
 
-@pytest.fixture
-def single(redis_url, llm, tmp_path, http_server):
-    factory, d, workers, r = _cluster(redis_url, llm, tmp_path, http_server.url, 1)
+@pytest.fixture(scope="module")
+def single(redis_url, llm, tmp_path_factory, http_server):
+    """One worker for the kill tests: the call after a kill lands where the session died (each
+    case's first call finds the session the previous case recovered, as a long-lived worker would)."""
+    factory, d, workers, r = _cluster(redis_url, llm, tmp_path_factory.mktemp("single"), http_server.url, 1)
     yield d, workers, r
     factory.stop_all()
 

@@ -57,6 +57,22 @@ def test_a_run_made_before_a_crash_is_the_ticks_run(site: Site):
     assert rec is not None and rec.last_run_id == run_id and rec.fired == 1 and rec.skipped == 0
 
 
+def test_a_run_made_before_a_crash_counts_as_fired_even_past_the_catch_up_window(site: Site):
+    now = 1_900_000_000
+    _schedule(site, "crashy-late", now - 30)
+    rec = site.store.get("crashy-late")
+    assert rec is not None
+    # A firer created the tick's run and died; its successor takes over 30 s later.
+    run_id, _ = Firer(site.settings)._fire_tick(rec, now - 30)
+    Firer(site.settings.model_copy(update={"schedule_catchup_s": 10.0})).fire_due(now)
+    ticks = site.ticks("crashy-late")
+    assert ticks[iso(now - 30)] == 1 and set(ticks.values()) == {1}
+    assert set(ticks) == {iso(now - 30)} | {iso(t) for t in range(now - 10, now + 1)}
+    rec = site.store.get("crashy-late")
+    # A tick has a run or is counted skipped, never both.
+    assert rec is not None and rec.fired == len(ticks) and rec.skipped == 30 - 10 - 1
+
+
 def test_ticks_older_than_the_catch_up_window_are_counted_not_fired(site: Site):
     now = 1_900_000_000
     _schedule(site, "late", now - 1000)

@@ -125,6 +125,10 @@ def test_overlap_cancel_previous_cancels_the_active_run_before_the_next_one(site
     assert d.handle(first).result(timeout=20)["status"] == "cancelled"
     rec = site.store.get("canceller")
     assert rec is not None and rec.skipped == 0
+    # No more ticks, and no run left thinking for the worker's shutdown to wait out.
+    site.schedules.delete("canceller")
+    for rid in site.run_ids("canceller"):
+        d.handle(rid).cancel()
 
 
 def test_pause_stops_ticks_and_resume_does_not_catch_them_up(site: Site):
@@ -150,30 +154,42 @@ def test_pause_stops_ticks_and_resume_does_not_catch_them_up(site: Site):
 
 
 def _cli(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    """``reactq schedules …`` as a real process."""
     return subprocess.run([sys.executable, "-m", "reactq.dispatcher", "schedules", *args], cwd=ROOT,
                           env=site.process_env(), capture_output=True, text=True, timeout=60)
+
+
+def _cli_in_process(site: Site, *args: str) -> subprocess.CompletedProcess[str]:
+    """The same command in this process (each process start costs seconds of imports)."""
+    from typer.testing import CliRunner
+
+    from reactq.dispatcher.cli import app
+
+    result = CliRunner().invoke(app, ["schedules", *args], env=site.process_env())
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def test_the_cli_manages_schedules_straight_through_redis(site: Site):
     bad = _cli(site, "create", "--cron", "0 25 * * *", "q")
     assert bad.returncode == 2 and "cron" in bad.stderr
-    neither = _cli(site, "create", "q")
+    cli = _cli_in_process  # the process is shown by the first and the last command
+    neither = cli(site, "create", "q")
     assert neither.returncode == 2 and "interval_s" in neither.stderr
-    made = _cli(site, "create", "--cron", "0 2 * * *", "--timezone", "America/New_York", "--id", "cli-nightly",
-                "--overlap", "cancel_previous", "--json", "summarise the tickets")
+    made = cli(site, "create", "--cron", "0 2 * * *", "--timezone", "America/New_York", "--id", "cli-nightly",
+               "--overlap", "cancel_previous", "--json", "summarise the tickets")
     assert made.returncode == 0, made.stderr
     view = json.loads(made.stdout)
     assert view["schedule_id"] == "cli-nightly" and view["overlap"] == "cancel_previous"
-    shown = json.loads(_cli(site, "show", "cli-nightly", "--from", "2027-11-06T00:00:00Z", "--count", "2",
-                            "--json").stdout)
+    shown = json.loads(cli(site, "show", "cli-nightly", "--from", "2027-11-06T00:00:00Z", "--count", "2",
+                           "--json").stdout)
     assert shown["next_fire_times"] == ["2027-11-06T06:00:00Z", "2027-11-07T07:00:00Z"]
-    listed = json.loads(_cli(site, "list", "--json").stdout)
+    listed = json.loads(cli(site, "list", "--json").stdout)
     assert [s["schedule_id"] for s in listed["schedules"]] == ["cli-nightly"]
-    assert json.loads(_cli(site, "pause", "cli-nightly", "--json").stdout)["paused"] is True
-    assert json.loads(_cli(site, "resume", "cli-nightly", "--json").stdout)["paused"] is False
-    run_id = json.loads(_cli(site, "trigger", "cli-nightly", "--json").stdout)["run_id"]
+    assert json.loads(cli(site, "pause", "cli-nightly", "--json").stdout)["paused"] is True
+    assert json.loads(cli(site, "resume", "cli-nightly", "--json").stdout)["paused"] is False
+    run_id = json.loads(cli(site, "trigger", "cli-nightly", "--json").stdout)["run_id"]
     assert site.r.hget(site.keys.run(run_id), "schedule_id") == b"cli-nightly"
-    assert json.loads(_cli(site, "delete", "cli-nightly", "--json").stdout)["deleted"] is True
+    assert json.loads(cli(site, "delete", "cli-nightly", "--json").stdout)["deleted"] is True
     gone = _cli(site, "show", "cli-nightly")
     assert gone.returncode == 2 and "no schedule" in gone.stderr
 

@@ -1,12 +1,16 @@
 """Issue 10, item 2: no built-in tool can be made to burn more than ~100 ms of CPU by any
 argument within its limits. Each case is a known or likely "poison pill"; it must be refused
-or answered within the budget (CPU time of this thread, so a loaded box does not matter).
+or answered within the budget: CPU time of this thread, with the garbage collector held off
+(a collection costs what the whole test process holds, not what the tool does), the best of up
+to three tries (a loaded or virtualised box adds time to a try now and then; a poison pill
+burns on every try).
 
 ``round(1, -10**8)`` (16 characters) used to compute ``10**(10**8)``: minutes of CPU.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Callable
@@ -30,14 +34,41 @@ BUDGET_S = 0.1
 N = MAX_DOCUMENT_CHARS
 
 
-def cpu(fn: Callable[[], Any]) -> float:
-    """CPU seconds ``fn`` took in this thread; a ToolError counts as a (fast) refusal."""
+TRIES = 3
+
+
+def _once(fn: Callable[[], Any]) -> float:
+    gc.disable()
     started = time.thread_time()
     try:
         fn()
     except ToolError:
         pass
-    return time.thread_time() - started
+    finally:
+        took = time.thread_time() - started
+        gc.enable()
+    return took
+
+
+def cpu(fn: Callable[[], Any]) -> float:
+    """CPU seconds ``fn`` took in this thread (the best of up to ``TRIES`` tries: one under the
+    budget settles it); a ToolError counts as a (fast) refusal."""
+    best = _once(fn)
+    for _ in range(TRIES - 1):
+        if best < BUDGET_S:
+            break
+        best = min(best, _once(fn))
+    return best
+
+
+def test_the_measure_catches_a_call_that_burns_past_the_budget() -> None:
+    def burn() -> None:
+        started = time.thread_time()
+        while time.thread_time() - started < 1.5 * BUDGET_S:
+            pass
+
+    assert cpu(burn) >= 1.5 * BUDGET_S
+    assert cpu(lambda: None) < BUDGET_S
 
 
 CALCULATOR = [

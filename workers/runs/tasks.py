@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -31,7 +32,6 @@ from reactq.shared.stores.roundtrip import riding
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.stores.run_hash import RunRecord
-from reactq.shared.tools.mcp import close_hub
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOK
 from reactq.workers import faults, webhooks
 from reactq.workers.runs import drive, flow, toolcall
@@ -213,6 +213,14 @@ def _prewarm_tool_runners_in_child(**_: Any) -> None:
     from reactq.shared.tools.isolation import pool
 
     pool().prewarm(1)
+
+
+def close_hub() -> None:
+    """Close this process's MCP sessions, if it opened any: the hub's module (and the MCP SDK)
+    is loaded only where ``REACTQ_MCP`` is set, and is not loaded at shutdown just to find none."""
+    hub = sys.modules.get("reactq.shared.tools.mcp.hub")
+    if hub is not None:
+        hub.close_hub()
 
 
 @signals.worker_shutdown.connect

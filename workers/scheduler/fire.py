@@ -92,7 +92,9 @@ class Firer:
     def _hand_on(self, rec: ScheduleRecord, tick: int, now: float) -> int | None:
         """Handle ``tick``; the next tick, or None when the compare-and-set was lost."""
         cutoff = now - self.settings.schedule_catchup_s
-        if too_late(tick, now, self.settings.schedule_catchup_s):
+        # A run made before a crash (then handed on by nobody) is the tick's run, whatever its
+        # age: the tick fired, and is not counted skipped as well.
+        if too_late(tick, now, self.settings.schedule_catchup_s) and not self.runs.exists(self._run_id(rec, tick)):
             n, nxt = count_until(rec.cadence, tick, cutoff)
             log.warning("schedule %s: %d tick(s) from %s skipped (older than the catch-up window)",
                         rec.name, n, iso(tick))
@@ -109,7 +111,7 @@ class Firer:
     def _fire_tick(self, rec: ScheduleRecord, tick: int) -> tuple[str | None, str]:
         """``(run id, "")`` when the tick has its run, ``(None, why)`` when it is skipped."""
         key = tick_key(rec.schedule_id, iso(tick))
-        run_id = idempotent_id(key, tenant=rec.tenant)
+        run_id = self._run_id(rec, tick)
         if self.runs.exists(run_id):
             return run_id, ""  # created before a crash, or by another scheduler
         prev = rec.last_run_id
@@ -129,6 +131,10 @@ class Firer:
             self.send(rid, 0, message_priorities(broker_url(self.settings))[req.priority])
         log.info("schedule %s: tick %s → run %s", rec.name, iso(tick), rid)
         return rid, ""
+
+    @staticmethod
+    def _run_id(rec: ScheduleRecord, tick: int) -> str:
+        return idempotent_id(tick_key(rec.schedule_id, iso(tick)), tenant=rec.tenant)
 
     def _active(self, run_id: str) -> bool:
         [[status]] = self.runs.fields_of([run_id], "status")

@@ -22,6 +22,7 @@ import atexit
 import concurrent.futures
 import logging
 import os
+import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -67,7 +68,9 @@ class _Connection:
         if cfg.command:
             params = StdioServerParameters(command=cfg.command, args=list(cfg.args),
                                            env=dict(cfg.env) or None, cwd=cfg.cwd)
-            return stdio_client(params)
+            # The server's stderr goes to this process's own (a worker's log): Celery replaces
+            # sys.stderr with a logging proxy that has no file descriptor to hand on.
+            return stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
         assert cfg.url is not None
         http = create_mcp_http_client(headers=cfg.resolved_headers())
         return streamable_http_client(cfg.url, http_client=http)
