@@ -247,6 +247,13 @@ def llm() -> Iterator[LLMFixture]:
     server.stop()
 
 
+def at_a_terminal() -> None:
+    """``preexec_fn`` of a command a test interrupts with SIGINT, as Ctrl-C at a terminal
+    would: a suite started as a background job (``cmd &`` in a script) hands its children
+    SIGINT ignored, and the command would never see the test's Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def worker_env(redis_url: str, llm: LLMFixture, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
     env.update(

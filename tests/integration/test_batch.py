@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import ROOT, worker_env
+from tests.integration.conftest import ROOT, at_a_terminal, worker_env
 from reactq.shared.keys import Keys
 from tests.scripted_server import first_user_text, reply_text
 
@@ -37,7 +37,8 @@ BAD_FIELDS = {17: "not valid JSON", 50: "query: Field required",
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "dispatcher", "batch", *args], cwd=ROOT, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log.open("ab"),
+                            preexec_fn=at_a_terminal)
 
 
 def results(path: Path) -> list[dict[str, Any]]:

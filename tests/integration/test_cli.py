@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import ROOT, worker_env
+from tests.integration.conftest import ROOT, at_a_terminal, worker_env
 from tests.scripted_server import reply_error, reply_text, reply_tool_calls
 
 pytestmark = pytest.mark.integration
@@ -126,7 +126,8 @@ def test_ctrl_c_leaves_the_run_running_and_watch_picks_it_up(env, llm):
         reply_text("done"),
     ], synthesis=reply_text("finished anyway"))
     proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run", q, "--json"], cwd=ROOT, env=env,
-                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            text=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=at_a_terminal)
     seen = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -155,7 +156,8 @@ def test_ctrl_c_on_a_terminal_asks_and_cancels_the_run(env, llm, dispatcher):
     ])
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", "dispatcher", "run", q, "--json"], cwd=ROOT, env=env,
-                            text=True, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            text=True, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=at_a_terminal)
     os.close(slave)
     try:
         assert proc.stdout is not None
