@@ -10,7 +10,7 @@
     ├── LLMError               the model endpoint failed after retries
     │   └── StreamIncomplete   a stream ended without its terminating chunk
     ├── RateLimited            flow control: the model has no capacity now; retry after ``wait_s``
-    ├── CostCapReached         a dollar cap (a run's ``cost_budget_usd``, a tenant's day) refused a call
+    ├── CostCapReached         a dollar cap (a run's or batch's ``cost_budget_usd``, a tenant's day) refused a call
     ├── RunNotFound            no run (or DAG) with that id
     │   └── ScheduleNotFound   no schedule with that id
     ├── StateConflict          stored state cannot take this step (moved past it, or another version)
@@ -84,13 +84,13 @@ class RateLimited(ReactqError):
 
 class CostCapReached(ReactqError):
     """A dollar cap was reached before an LLM call, which was not made: the run's
-    ``cost_budget_usd`` (``whose="run"``) or its tenant's ``cost_per_day_usd`` (``"tenant"``).
+    ``cost_budget_usd`` (``whose="run"``), its batch's (``"batch"``) or its tenant's
+    ``cost_per_day_usd`` (``"tenant"``).
 
     The run ends on the summary path; a DAG ends, or answers from its steps' results."""
 
     def __init__(self, whose: str, spent_usd: float, cap_usd: float) -> None:
-        what = "Cost budget" if whose == "run" else "The tenant's daily cost cap"
-        super().__init__(f"{what} reached: ${spent_usd:.4f} of ${cap_usd:.4f} spent")
+        super().__init__(f"{cap_name(whose)} reached: ${spent_usd:.4f} of ${cap_usd:.4f} spent")
         self.whose = whose
         self.spent_usd = spent_usd
         self.cap_usd = cap_usd
@@ -131,3 +131,8 @@ class ApprovalConflict(ReactqError):
 
 class NoWorker(ReactqError, TimeoutError):
     """A run is still queued and no worker answers: nothing will take it until one starts."""
+
+
+def cap_name(whose: str) -> str:
+    """How a message names a dollar cap (``CostCapReached.whose``)."""
+    return {"run": "Cost budget", "batch": "The batch's cost budget"}.get(whose, "The tenant's daily cost cap")

@@ -44,6 +44,8 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
+| ``batch:{id}:spend``              | hash   | LLM middleware        | ``run_ttl`` after its last call |
+|   a batch with ``cost_budget_usd``: spent, held, r:<run id> (``shared/stores/spend.py``)
 | ``dags``, ``batches``             | zset   | dispatcher, gateway   | none (ids by created_at)    |
 |   the indexes behind ``GET /v1/dags`` and ``GET /v1/batches`` (``shared/stores/listing.py``),
 |   written before the object; members whose hash expired are dropped by the listing
@@ -273,6 +275,10 @@ class Keys:
 
     def batch_driver(self, batch_id: str) -> str:
         return f"{self.batch(batch_id)}:driver"
+
+    def batch_spend(self, batch_id: str) -> str:
+        """A batch's dollars under its ``cost_budget_usd`` (hash: spent, held, r:<run>)."""
+        return f"{self.batch(batch_id)}:spend"
 
     def batch_id_of(self, key: str) -> str | None:
         """The id of a ``batch:{id}`` hash key (None for any other key, e.g. ``:driver``)."""

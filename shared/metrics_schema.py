@@ -66,7 +66,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            ("model", "kind")),
     Family("flow_budget_stops", "counter",
            "Runs and DAGs stopped by a token or dollar cap, batch lines skipped (scope: run, "
-           "run_cost, tenant_cost, dag_tenant_cost, batch_line).",
+           "run_cost, batch_cost, tenant_cost, dag_tenant_cost, batch_line).",
            ("scope",)),
     # approvals (reactq.shared.stores.approvals)
     Family("approval_decisions", "counter", "Approvals decided, by decision (expired included).",

@@ -34,7 +34,7 @@ from reactq.shared.stores.roundtrip import checked, defer, execute, failed, take
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.stores.run_hash import cost_op, spend_op, spending_op
 from reactq.shared.stores.runs import RunStore
-from reactq.shared.stores.spend import TenantSpend
+from reactq.shared.stores.spend import BatchSpend, TenantSpend
 from reactq.shared.tools.base import ToolRegistry
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
@@ -81,19 +81,24 @@ class Runtime:
     def flow(self) -> FlowControl:
         """Flow control for every model this worker calls (``reactq.shared.flow``): the
         cluster-wide limiter, its metrics, the dollar caps held before each call, and each
-        call's spend in its run's record and its tenant's day (sent with the step's next round
-        trip: right after the call, its read of interrupts)."""
+        call's spend in its run's record, its batch's spend (a batch with a dollar cap) and its
+        tenant's day (sent with the step's next round trip: right after the call, its read of
+        interrupts)."""
         r, keys = self.redis, self.keys
 
         def on_spend(run_id: str, tokens: int) -> None:
             defer(r, [spend_op(keys, run_id, tokens)])
 
         tenant_spend = TenantSpend(r, keys)
+        batch_spend = BatchSpend(r, keys, self.settings.run_ttl_seconds)
 
         def on_cost(scope: FlowScope, cost: float) -> None:
-            # The run's dollars and its tenant's day (the reservation released), deferred alike.
+            # The run's dollars, its batch's and its tenant's day (the reservations released),
+            # deferred alike.
             assert scope.member is not None
             ops = [tenant_spend.settle_op(scope.tenant, scope.member, cost)]
+            if scope.batch_cap is not None:
+                ops.append(batch_spend.settle_op(scope.batch_cap[0], scope.member, cost))
             if cost and scope.run_id:
                 ops.append(cost_op(keys, scope.run_id, cost))
             defer(r, ops)
@@ -108,9 +113,17 @@ class Runtime:
                 cost = float(checked(replies[-1])[1] or 0.0)
                 if cost >= budget:
                     raise CostCapReached("run", cost, budget)
-            if scope.cost_per_day_usd is not None and scope.member is not None:
+            assert scope.member is not None
+            batch = scope.batch_cap
+            if batch is not None:
+                got = batch_spend.reserve(batch[0], scope.member, amount, batch[1])
+                if not got.ok:
+                    raise CostCapReached("batch", got.spent + got.held, batch[1])
+            if scope.cost_per_day_usd is not None:
                 got = tenant_spend.reserve(scope.tenant, scope.member, amount, scope.cost_per_day_usd)
                 if not got.ok:
+                    if batch is not None:
+                        batch_spend.release(batch[0], scope.member)  # the call is not made
                     raise CostCapReached("tenant", got.spent + got.held, scope.cost_per_day_usd)
 
         return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend, on_cost=on_cost, on_reserve=on_reserve,

@@ -62,7 +62,9 @@ class BatchDriver:
     tenant: str = DEFAULT_TENANT
     """Whose runs these are (an HTTP batch: the tenant of the key that sent it)."""
     cost_budget_usd: float | None = None
-    """The batch's cap in dollars on its runs' spend; reached ⇒ lines not started end ``skipped``."""
+    """The batch's cap in dollars on its runs' spend; reached ⇒ lines not started end
+    ``skipped``. An HTTP batch's runs also hold each of their calls against it (they learn it
+    at creation), so runs in flight stop at the call that reaches it."""
 
     def run(self, items: Iterable[BatchItem]) -> Tally:
         queue = deque(items)
@@ -71,7 +73,8 @@ class BatchDriver:
         self.flow.cost_done = self.tally.cost_usd
         while (queue or inflight) and not self.stop.is_set():
             self.flow.check(self, queue, inflight)
-            self._fill(queue, inflight)
+            if not self.flow.held_back(self, inflight):
+                self._fill(queue, inflight)
             self.tally.running = len(inflight)
             finished = self._poll(inflight)
             for run_id, result, status in finished:
@@ -98,7 +101,8 @@ class BatchDriver:
             if req.idempotency_key is None:
                 req = req.model_copy(update={"idempotency_key": idem_key(self.source, item.id, req)})
             try:
-                handle = (self.dispatcher.submit(req, batch_id=self.batch_id, tenant=self.tenant)
+                handle = (self.dispatcher.submit(req, batch_id=self.batch_id, tenant=self.tenant,
+                                                 batch_cost_budget_usd=self.cost_budget_usd)
                           if self.batch_id else self.dispatcher.submit(req, tenant=self.tenant))
             except ValidationError as exc:
                 item.error = f"line {item.line}: {format_validation(exc)}"
@@ -133,7 +137,8 @@ class BatchDriver:
         [[raw]] = d.store.fields_of([run_id], "status")
         if raw is None:
             log.warning("run %s was never stored (an earlier attempt died in submit); storing it", run_id)
-            d.store.create(run_id, req.model_dump(mode="json"), batch_id=self.batch_id)
+            d.store.create(run_id, req.model_dump(mode="json"), batch_id=self.batch_id, tenant=self.tenant,
+                           batch_cost_budget_usd=self.cost_budget_usd)
         elif raw != "queued":
             return
         d.send(ITERATE, [run_id, 0])

@@ -1,4 +1,4 @@
-"""Flow control for batches: a batch's token budget and its cancellation.
+"""Flow control for batches: a batch's token and dollar budgets and its cancellation.
 
 ``BatchDriver`` (``driver.py``) calls ``BatchFlow.check`` every tick. The batch's
 spend is what its runs paid — the ``tokens_spent`` each run's LLM middleware adds up in
@@ -7,6 +7,10 @@ the driver makes anyway. Once the spend reaches ``token_budget``, or the batch i
 cancelled (``POST /v1/batches/{id}/cancel``, ``reactq batch-cancel``), every line not yet
 started ends ``skipped`` with an error naming why; on cancel the runs in flight are
 cancelled too (on budget they finish). The tally's ``stopped`` says why for the summary.
+
+An HTTP batch's ``cost_budget_usd`` is also held by every call of its runs in flight (the
+workers' ``batch:{id}:spend``, ``reactq.shared.stores.spend``): they stop at the call that
+reaches it. While its calls in flight hold the rest of it, no line starts (``held_back``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any, Protocol
 
 from reactq.dispatcher.batch.items import BatchItem, Tally, invalid_result, skipped_result
 from reactq.shared.stores.run_hash import COST_FIELD, SPENT_FIELD
+from reactq.shared.stores.spend import BatchSpend
 
 
 
@@ -27,6 +32,7 @@ class DrivenBatch(Protocol):
 
     dispatcher: Any
     tally: Tally
+    batch_id: str | None
     token_budget: int | None
     cost_budget_usd: float | None
     cancelled: Callable[[], bool] | None
@@ -65,6 +71,16 @@ class BatchFlow:
             else:
                 self.spent_live[rid] = n
                 self.cost_live[rid] = cost
+
+    def held_back(self, driver: DrivenBatch, inflight: dict[str, BatchItem]) -> bool:
+        """Whether to start no line this tick: the calls in flight of the batch's runs hold
+        the rest of its dollar cap (``batch:{id}:spend``), so a run started now would be
+        refused at its first call. Never with no run in flight (the batch always moves)."""
+        if driver.cost_budget_usd is None or driver.batch_id is None or not inflight:
+            return False
+        d = driver.dispatcher
+        spent, held = BatchSpend(d.redis, d.keys).totals(driver.batch_id)
+        return spent + held >= driver.cost_budget_usd
 
     def check(self, driver: DrivenBatch, queue: deque[BatchItem], inflight: dict[str, BatchItem]) -> None:
         """Skip the lines not started (and cancel runs in flight) once the batch must stop."""

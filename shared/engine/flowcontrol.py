@@ -12,6 +12,7 @@ from reactq.shared.engine.loop import emit, to_answer
 from reactq.shared.engine.result import step_summary
 from reactq.shared.engine.state import RunState
 from reactq.shared.engine.synthesis import fallback_chunks
+from reactq.shared.errors import cap_name
 from reactq.shared.events import Event
 
 
@@ -54,11 +55,11 @@ def cost_reached(state: RunState, spent_usd: float) -> bool:
 
 
 def stop_for_cost(state: RunState, spent_usd: float, cap_usd: float, whose: str, *, now: float) -> list[Event]:
-    """A dollar cap is reached — the run's ``cost_budget_usd`` (``whose="run"``) or its
-    tenant's ``cost_per_day_usd`` (``"tenant"``): no further call, the summary path as for
+    """A dollar cap is reached — the run's ``cost_budget_usd`` (``whose="run"``), its batch's
+    (``"batch"``) or its tenant's ``cost_per_day_usd`` (``"tenant"``): no further call, the summary path as for
     the token budget, an ``error`` event ``kind: "budget"`` naming the cap."""
     answer_open_calls(state, P.CANCELLED_OBSERVATION)
-    what = "Cost budget" if whose == "run" else "The tenant's daily cost cap"
+    what = cap_name(whose)
     error = emit(state, "error", kind="budget", cap=whose, spent_usd=round(spent_usd, 6),
                  cost_budget_usd=cap_usd,
                  message=f"{what} reached: ${spent_usd:.4f} of ${cap_usd:.4f} spent; "

@@ -134,6 +134,10 @@ class RunState(BaseModel):
     """Who owns the run (the key that made it): its quotas, its cost metrics."""
     cost_budget_usd: float | None = None
     """RunRequest.cost_budget_usd: the run's cap in dollars (checked before each call)."""
+    batch_id: str | None = None
+    """The batch whose ``cost_budget_usd`` holds every call of the run (None: no batch cap)."""
+    batch_cost_budget_usd: float | None = None
+    """That batch's cap in dollars, over all its runs (held before each call)."""
     rate_limited_since: float | None = None
     """Set while the current step waits for model capacity (one ``rate_limited`` event a wait)."""
     output_schema: dict[str, Any] | None = None

@@ -10,10 +10,11 @@ through it, so all of them:
    ``RateLimited`` when the caller can be resumed later (``FlowScope.defer``: the Celery
    shell gives the worker slot back and sends the step again) — or sleep (in-process);
 3. hold their worst case in dollars against the dollar caps of their scope (``on_reserve``:
-   the run's ``cost_budget_usd``, its tenant's ``cost_per_day_usd``) — a cap reached raises
-   ``CostCapReached`` and the call is not made — and, after the call, settle the reservation
-   with the usage the provider reported and add what was paid to the spend (``on_spend`` /
-   ``on_cost``: the run hash and the tenant's day, so a worker crash does not reset it);
+   the run's ``cost_budget_usd``, its batch's ``cost_budget_usd``, its tenant's
+   ``cost_per_day_usd``) — a cap reached raises ``CostCapReached`` and the call is not made —
+   and, after the call, settle the reservation with the usage the provider reported and add
+   what was paid to the spend (``on_spend`` / ``on_cost``: the run hash, the batch's spend and
+   the tenant's day, so a worker crash does not reset it);
 4. turn a provider 429 (or 503 with ``Retry-After``) into a pause of that model for every
    worker, with the SDK's own retry of it switched off (no stampede).
 
@@ -71,6 +72,10 @@ class FlowScope:
     """The tenant's daily dollar cap (``REACTQ_TENANTS``), held before every call."""
     cost_budget_usd: float | None = None
     """The run's own dollar cap (``RunRequest.cost_budget_usd``), checked before every call."""
+    batch_id: str | None = None
+    """The batch whose spend holds these calls (with ``batch_cost_budget_usd``)."""
+    batch_cost_budget_usd: float | None = None
+    """The batch's dollar cap over all its runs, held before every call."""
 
     @property
     def member(self) -> str | None:
@@ -79,7 +84,15 @@ class FlowScope:
 
     @property
     def capped(self) -> bool:
-        return self.cost_per_day_usd is not None or self.cost_budget_usd is not None
+        return (self.cost_per_day_usd is not None or self.cost_budget_usd is not None
+                or self.batch_cost_budget_usd is not None)
+
+    @property
+    def batch_cap(self) -> tuple[str, float] | None:
+        """The batch whose spend holds these calls, and its cap (None: no batch cap)."""
+        if self.batch_id is None or self.batch_cost_budget_usd is None:
+            return None
+        return self.batch_id, self.batch_cost_budget_usd
 
 
 def tenant_flow_name(tenant: str) -> str:

@@ -76,6 +76,10 @@ class RunRecord:
     """Whether a call of the run ever waited (approval events then moved ``pub_seq``)."""
     tenant: str = DEFAULT_TENANT
     """Who owns the run (the tenant of the key that made it)."""
+    batch_id: str | None = None
+    """The batch the run is a line of."""
+    batch_cost_budget_usd: float | None = None
+    """That batch's ``cost_budget_usd`` (every call of the run is held against it)."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,8 @@ def record_of(run_id: str, f: dict[str, Any]) -> RunRecord:
         result=json.loads(f["result"]) if "result" in f else None,
         turn_began=float(began) if began else None, tenant=owner_of(f.get("tenant")),
         waiting=int(f.get("waiting", 0) or 0), waiting_seen="waiting" in f,
+        batch_id=text(f["batch_id"]) if f.get("batch_id") else None,
+        batch_cost_budget_usd=float(f["batch_cost_budget_usd"]) if f.get("batch_cost_budget_usd") else None,
     )
 
 

@@ -67,7 +67,8 @@ class RunStore:
     # -- runs -------------------------------------------------------------------------
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
-               scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT) -> tuple[str, bool]:
+               scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
+               batch_cost_budget_usd: float | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
@@ -81,7 +82,9 @@ class RunStore:
 
         A schedule's run records ``schedule_id`` (and, for a tick, ``scheduled_for``: the
         nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{name}`` (its
-        tenant's name for it, ``tenancy.owned_name``).
+        tenant's name for it, ``tenancy.owned_name``). A line of a batch with a dollar cap
+        records it (``batch_cost_budget_usd``): the workers hold each of its calls against
+        the batch's spend (``batch:{id}:spend``).
         """
         now = time.time()
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
@@ -90,6 +93,8 @@ class RunStore:
                                   "step_no": 0, "pub_seq": 0, "tenant": tenant}
         if batch_id:
             fields["batch_id"] = batch_id
+            if batch_cost_budget_usd is not None:
+                fields["batch_cost_budget_usd"] = repr(batch_cost_budget_usd)
         if thread_id:
             fields["thread_id"] = thread_id
         if schedule_id:

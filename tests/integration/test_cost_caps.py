@@ -1,9 +1,9 @@
-"""Dollar caps and a tenant's request rate through real workers: a run's ``cost_budget_usd`` and a tenant's
-``cost_per_day_usd`` stop on the call that reaches them (the summary path, ``error`` kind
-``budget``) — tool selection and its structured-output repairs included — the spend survives
-a worker killed with -9, a DAG's own calls (planner, analyzer, synthesis) count in its
-tenant's day and stop at its cap, and a cap over a model without a price is refused at the
-door."""
+"""Dollar caps and a tenant's request rate through real workers: a run's ``cost_budget_usd``,
+a batch's (held by every call of its runs in flight) and a tenant's ``cost_per_day_usd`` stop
+on the call that reaches them (the summary path, ``error`` kind ``budget``) — tool selection
+and its structured-output repairs included — the spend survives a worker killed with -9, a
+DAG's own calls (planner, analyzer, synthesis) count in its tenant's day and stop at its cap,
+and a cap over a model without a price is refused at the door."""
 
 from __future__ import annotations
 
@@ -227,3 +227,58 @@ def test_a_dags_analyzer_refused_at_the_cap_answers_from_its_steps(cluster: Flow
     assert result["usage"]["cost_usd"] == pytest.approx(3 * CALL_USD, abs=1e-9)
     (budget,) = [e for e in _dag_events(cluster, h.dag_id) if e.channel == "error"]
     assert (budget.data["kind"], budget.data["cap"]) == ("budget", "tenant")
+
+
+# -- a batch's dollar cap: held before every call of its runs ----------------------------------
+
+# $0.0038 a call: never more than the call's reservation (its prompt estimate — the tool
+# schemas alone are over 1,500 tokens — plus the workers' completion allowance of 32).
+HEAVY = {"prompt_tokens": 1400, "completion_tokens": 30, "total_tokens": 1430}
+HEAVY_USD = 0.0038
+
+
+def _batch_view(http: Any, batch_id: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 60
+    while (view := http.get(f"/v1/batches/{batch_id}", params={"results": True}).json())["status"] == "running":
+        assert time.monotonic() < deadline, view
+        time.sleep(0.1)
+    return view  # type: ignore[no-any-return]
+
+
+def test_a_batchs_cost_budget_stops_the_calls_of_its_runs_in_flight(cluster: FlowCluster) -> None:
+    """Three runs in flight keep calling tools (each would make 13 calls): the batch's $0.02
+    is held before each of their calls, so together they stop at the call that reaches it —
+    over the cap by no more than the calls then in flight cost (one a run, each held at least
+    its cost) — and each ends ``succeeded`` on the budget path naming the batch's cap. Lines
+    not started are skipped."""
+    from fastapi.testclient import TestClient
+
+    from reactq.dispatcher.http import create_app
+
+    uid, cap, concurrency = uuid.uuid4().hex[:8], 0.02, 3
+    turn = reply_tool_calls([("c1", "slow", {"tag": "batch-cap", "seconds": 0.0})], usage=HEAVY)
+    qs = [cluster.book.script(f"caps: batch {uid} line {n}", [turn], synthesis=reply_text("answer", usage=HEAVY))
+          for n in range(10)]
+    with TestClient(create_app(cluster.settings)) as http:
+        res = http.post("/v1/batches", json={"requests": [{"query": q, "mode": "native", "max_iterations": 12}
+                                                          for q in qs],
+                                             "concurrency": concurrency, "cost_budget_usd": cap})
+        assert res.status_code == 202, res.text
+        view = _batch_view(http, res.json()["batch_id"])
+    lines = view["results"]
+    started = [line for line in lines if line["run_id"] is not None]
+    spent = sum(line["usage"]["cost_usd"] for line in started)
+    assert cap <= spent <= cap + concurrency * HEAVY_USD, spent
+    assert view["cost_usd"] == pytest.approx(spent, abs=1e-9)
+    assert sum(_requests(cluster, q) for q in qs) == round(spent / HEAVY_USD)
+    for line in started:
+        assert line["status"] == "succeeded", line
+        (budget,) = [e for e in _events(cluster, line["run_id"]) if e.channel == "error"]
+        assert (budget.data["kind"], budget.data["cap"], budget.data["cost_budget_usd"]) == ("budget", "batch", cap)
+        assert "batch's cost budget reached" in budget.data["message"]
+    skipped = [line for line in lines if line["status"] == "skipped"]
+    assert skipped and len(skipped) + len(started) == len(qs)
+    assert all("cost budget reached" in line["error"] for line in skipped)
+    ledger = cluster.r.hgetall(Keys().batch_spend(view["batch_id"]))
+    assert float(ledger[b"spent"]) == pytest.approx(spent, abs=1e-9)
+    assert float(ledger.get(b"held", 0)) == 0.0

@@ -4,8 +4,9 @@ Before a step that calls a model (tool selection, a loop turn, the synthesis) ``
 
 * ends the run on the budget path when its recorded spend (``tokens_spent`` in the run
   hash, written by the LLM middleware after every paid call) reached its ``token_budget``,
-  or its dollars a dollar cap (the run's ``cost_budget_usd``, its tenant's day with what the
-  calls in flight hold, this call's worst case held if it goes on);
+  or its dollars a dollar cap (the run's ``cost_budget_usd``; its batch's ``cost_budget_usd``
+  and its tenant's day, each with what the calls in flight hold, this call's worst case held
+  if it goes on);
 * asks the limiter to admit the step's call. Admitted: the ticket rides in the step's
   ``FlowScope`` and the middleware uses it. Not admitted: the step is committed with one
   ``phase {phase:"rate_limited", model, wait_s}`` event (only the first time it waits) and
@@ -46,7 +47,7 @@ from reactq.shared.stores.due import run_member
 from reactq.shared.stores.roundtrip import checked, execute, failed, take
 from reactq.shared.stores.run_hash import spending_op
 from reactq.shared.settings import Settings
-from reactq.shared.stores.spend import TenantSpend
+from reactq.shared.stores.spend import BatchSpend, TenantSpend
 from reactq.shared.tenants import quota_of
 from reactq.shared.wire import message_priorities
 from reactq.workers import metrics
@@ -124,7 +125,8 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     quota = quota_of(rt.settings, state.tenant)
     scope = FlowScope(run_id=state.run_id, tenant=state.tenant, priority=state.priority, defer=True,
                       tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None,
-                      cost_per_day_usd=quota.cost_per_day_usd, cost_budget_usd=state.cost_budget_usd)
+                      cost_per_day_usd=quota.cost_per_day_usd, cost_budget_usd=state.cost_budget_usd,
+                      batch_id=state.batch_id, batch_cost_budget_usd=state.batch_cost_budget_usd)
     call = _step_call(state, deps)
     # Every step that calls a model — tool selection too — is checked against the caps first.
     if call is not None:
@@ -151,17 +153,19 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
 
 
 def may_stop(rt: Runtime, state: RunState) -> bool:
-    """Whether a cap could end the run at its next gate (a token or dollar budget, or its
-    tenant's daily cost cap)."""
+    """Whether a cap could end the run at its next gate (a token or dollar budget, its batch's
+    dollar budget, or its tenant's daily cost cap)."""
     return (state.token_budget is not None or state.cost_budget_usd is not None
+            or state.batch_cost_budget_usd is not None
             or quota_of(rt.settings, state.tenant).cost_per_day_usd is not None)
 
 
 def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps,
                  call: tuple[LLM, int] | None) -> list[Event] | None:
     """The budget path's events when a cap is reached before the step's call, else None:
-    the run's tokens and dollars as recorded (every settled call), then its tenant's day —
-    spent plus what calls in flight hold — with this call's worst case held if it goes on."""
+    the run's tokens and dollars as recorded (every settled call), then its batch's spend and
+    its tenant's day — spent plus what calls in flight hold — with this call's worst case held
+    in each if it goes on."""
     now = deps.clock()
     if state.token_budget is not None or state.cost_budget_usd is not None:
         used, cost = spending(rt, state.run_id)
@@ -171,19 +175,31 @@ def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps,
         if state.cost_budget_usd is not None and flowcontrol.cost_reached(state, cost):
             metrics.budget_stop(rt.recorder, "run_cost")
             return flowcontrol.stop_for_cost(state, cost, state.cost_budget_usd, "run", now=now)
-    cap = quota_of(rt.settings, state.tenant).cost_per_day_usd
-    if cap is None or call is None:
+    if call is None:
         return None
-    got = TenantSpend(rt.redis, rt.keys).reserve(state.tenant, state.run_id, _worst_case(*call), cap)
+    worst = _worst_case(*call)
+    batch, batch_cap = state.batch_id, state.batch_cost_budget_usd
+    spend = BatchSpend(rt.redis, rt.keys, rt.settings.run_ttl_seconds)
+    if batch is not None and batch_cap is not None:
+        got = spend.reserve(batch, state.run_id, worst, batch_cap)
+        if not got.ok:
+            metrics.budget_stop(rt.recorder, "batch_cost")
+            return flowcontrol.stop_for_cost(state, got.spent + got.held, batch_cap, "batch", now=now)
+    cap = quota_of(rt.settings, state.tenant).cost_per_day_usd
+    if cap is None:
+        return None
+    got = TenantSpend(rt.redis, rt.keys).reserve(state.tenant, state.run_id, worst, cap)
     if got.ok:
         return None
+    if batch is not None and batch_cap is not None:
+        spend.release(batch, state.run_id)  # the call is not made
     metrics.budget_stop(rt.recorder, "tenant_cost")
     return flowcontrol.stop_for_cost(state, got.spent + got.held, cap, "tenant", now=now)
 
 
 def cap_stop(rt: Runtime, state: RunState, cap: CostCapReached, *, now: float) -> list[Event]:
     """The budget path's events for a call a dollar cap refused inside a step."""
-    metrics.budget_stop(rt.recorder, "run_cost" if cap.whose == "run" else "tenant_cost")
+    metrics.budget_stop(rt.recorder, f"{cap.whose}_cost")
     return flowcontrol.stop_for_cost(state, cap.spent_usd, cap.cap_usd, cap.whose, now=now)
 
 

@@ -89,6 +89,8 @@ def initial_state(rt: Runtime, rec: RunRecord) -> RunState:
     deps = rt.deps_for(None, request.model)
     state = new_state(request, deps, run_id=rec.run_id)
     state.tenant = rec.tenant
+    if rec.batch_cost_budget_usd is not None:
+        state.batch_id, state.batch_cost_budget_usd = rec.batch_id, rec.batch_cost_budget_usd
     return state
 
 
