@@ -65,7 +65,7 @@ check-python:
 	  { echo "reactq needs Python 3.11 or newer; $(PY) is $$($(PY) -V 2>&1). Run: make demo PY=python3.11"; exit 1; }
 
 # Slow fault tests (Redis/broker outages, a thousand watchers, crash-limit kill loops, the whole
-# kill-window matrix) and the fault suite's figures.
+# kill-window matrix, scheduler failover, workers killed mid-DAG) and the fault suite's figures.
 test-faults: install
 	$(BIN)/python -m pytest -q -m faults
 

@@ -323,6 +323,7 @@ def _live_holder(c: Cluster, member: str) -> int | None:
     return pid if worker is not None and worker.proc.poll() is None else None
 
 
+@pytest.mark.faults  # workers killed with -9 and replaced mid-DAG: the fault tier
 def test_killing_workers_mid_dag_still_finishes_it_with_each_step_run_once(
         crash_cluster: Cluster, llm: LLMFixture) -> None:
     c = crash_cluster

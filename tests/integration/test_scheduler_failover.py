@@ -13,7 +13,8 @@ from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.schedule.times import iso, parse_instant
 from tests.integration.schedule_kit import Scheduler, Site, site, wait_for
 
-pytestmark = pytest.mark.integration
+# Every case kills or freezes a scheduler and waits out its lock: the fault tier (make test-faults).
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
 __all__ = ["site"]
 
 #: The lock's TTL (3 s) plus one loop interval (1 s) is ≈ 4 s; the rest is slack for a
