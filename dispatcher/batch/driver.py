@@ -78,7 +78,9 @@ class BatchDriver:
             self.tally.running = len(inflight)
             finished = self._poll(inflight)
             for run_id, result, status in finished:
-                self.report(run_result(inflight.pop(run_id), run_id, result, status))
+                item = inflight.pop(run_id)
+                self.tally.running = len(inflight)  # a result and the count it leaves are one write
+                self.report(run_result(item, run_id, result, status))
             self.tally.running = len(inflight)
             if self.on_tick is not None:
                 self.on_tick(self.tally)

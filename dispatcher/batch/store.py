@@ -124,10 +124,12 @@ class BatchStore:
         done = {int(k.split(":", 1)[1]) for k in f if k.startswith("result:")}
         return items, int(f.get("concurrency", b"8")), done
 
-    def add_result(self, batch_id: str, res: dict[str, Any]) -> None:
+    def add_result(self, batch_id: str, res: dict[str, Any], running: int | None = None) -> None:
+        """Record a line's result; ``running``: the lines still in flight, written with it so
+        that a reader never sees the line both done and running."""
         self.r.hset(self.keys.batch(batch_id), mapping={
-            f"result:{res['line']}": json.dumps(res, ensure_ascii=False),
-            "updated_at": f"{time.time():.6f}"})
+            f"result:{res['line']}": json.dumps(res, ensure_ascii=False), "updated_at": f"{time.time():.6f}",
+            **({} if running is None else {"running": str(running)})})
 
     def set_running(self, batch_id: str, running: int) -> None:
         self.r.hset(self.keys.batch(batch_id), "running", running)
@@ -210,7 +212,8 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
             last_renew = time.monotonic()
 
     driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency,
-                         on_result=lambda res: store.add_result(batch_id, res), on_tick=tick, stop=stop,
+                         on_result=lambda res: store.add_result(batch_id, res, driver.tally.running),
+                         on_tick=tick, stop=stop,
                          batch_id=batch_id, token_budget=store.token_budget(batch_id),
                          cancelled=lambda: store.cancel_requested(batch_id), tenant=store.tenant(batch_id),
                          cost_budget_usd=store.cost_budget(batch_id))
