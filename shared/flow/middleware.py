@@ -76,6 +76,9 @@ class FlowScope:
     """The batch whose spend holds these calls (with ``batch_cost_budget_usd``)."""
     batch_cost_budget_usd: float | None = None
     """The batch's dollar cap over all its runs, held before every call."""
+    held_at_gate: bool = False
+    """The step boundary already checked the caps and held the step's first call (like a
+    ticket): that call reserves nothing more; the calls after it do."""
 
     @property
     def member(self) -> str | None:
@@ -264,6 +267,9 @@ class LimitedLLM(DelegatingLLM):
         over such models."""
         scope = current_scope()
         if not scope.capped or scope.member is None or self.flow.on_reserve is None:
+            return
+        if scope.held_at_gate:
+            scope.held_at_gate = False
             return
         price = getattr(self, "price", None)
         completion = self.flow.completion_estimate

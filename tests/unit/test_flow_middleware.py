@@ -155,3 +155,18 @@ async def test_every_attempt_is_held_against_the_dollar_caps_and_settled(setup) 
         await llm.chat(MSGS)
     assert [kind for kind, _, _ in log] == ["settle"]
 
+
+
+async def test_the_first_call_of_a_step_uses_the_hold_its_gate_made(setup) -> None:
+    """The step boundary checked the caps and held the step's call (``held_at_gate``): that
+    call holds nothing more, the step's next call holds again."""
+    lim, spent, flow = setup
+    holds: list[str | None] = []
+    flow.on_reserve = lambda scope, amount: holds.append(scope.member)
+    flow.on_cost = lambda scope, cost: None
+    llm = LimitedLLM(Fake(), Limits(), flow)
+    with flow_scope(FlowScope(run_id="r1", cost_per_day_usd=1.0, held_at_gate=True)):
+        await llm.chat(MSGS)
+        assert holds == []
+        await llm.chat(MSGS)
+    assert holds == ["r1"]

@@ -129,12 +129,12 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
                       batch_id=state.batch_id, batch_cost_budget_usd=state.batch_cost_budget_usd)
     call = _step_call(state, deps)
     # Every step that calls a model — tool selection too — is checked against the caps first.
-    if call is not None:
-        stop = _budget_stop(rt, state, deps, call)
-        if stop is not None:
-            return Gate(events=stop)
     if call is None:
         return Gate(scope=scope)
+    stop = _budget_stop(rt, state, deps, call)
+    if stop is not None:
+        return Gate(events=stop)
+    scope.held_at_gate = scope.capped  # the checks and holds just made serve the first call
     llm, tokens = call
     for _ in range(100):  # short waits are waited out here; long ones free the slot
         got = admit_now(llm, tokens, member=state.run_id, priority=state.priority)
