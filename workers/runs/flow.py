@@ -47,7 +47,6 @@ from reactq.shared.stores.due import run_member
 from reactq.shared.stores.roundtrip import checked, execute, failed, take
 from reactq.shared.stores.run_hash import spending_op
 from reactq.shared.settings import Settings
-from reactq.shared.stores.spend import BatchSpend, TenantSpend
 from reactq.shared.tenants import quota_of
 from reactq.shared.wire import message_priorities
 from reactq.workers import metrics
@@ -131,7 +130,7 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
     # Every step that calls a model — tool selection too — is checked against the caps first.
     if call is None:
         return Gate(scope=scope)
-    stop = _budget_stop(rt, state, deps, call)
+    stop = _budget_stop(rt, state, deps, scope, call)
     if stop is not None:
         return Gate(events=stop)
     scope.held_at_gate = scope.capped  # the checks and holds just made serve the first call
@@ -160,41 +159,25 @@ def may_stop(rt: Runtime, state: RunState) -> bool:
             or quota_of(rt.settings, state.tenant).cost_per_day_usd is not None)
 
 
-def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps,
-                 call: tuple[LLM, int] | None) -> list[Event] | None:
+def _budget_stop(rt: Runtime, state: RunState, deps: EngineDeps, scope: FlowScope,
+                 call: tuple[LLM, int]) -> list[Event] | None:
     """The budget path's events when a cap is reached before the step's call, else None:
-    the run's tokens and dollars as recorded (every settled call), then its batch's spend and
-    its tenant's day — spent plus what calls in flight hold — with this call's worst case held
-    in each if it goes on."""
+    the run's tokens as recorded (every settled call), then the dollar caps through the same
+    check every call makes (``Runtime.flow``'s ``on_reserve``: the run's dollars, its batch's
+    spend and its tenant's day, with this call's worst case held in each if it goes on)."""
     now = deps.clock()
-    if state.token_budget is not None or state.cost_budget_usd is not None:
-        used, cost = spending(rt, state.run_id)
+    if state.token_budget is not None:
+        used = spent(rt, state.run_id)
         if flowcontrol.budget_reached(state, used):
             metrics.budget_stop(rt.recorder, "run")
             return flowcontrol.stop_for_budget(state, used, now=now)
-        if state.cost_budget_usd is not None and flowcontrol.cost_reached(state, cost):
-            metrics.budget_stop(rt.recorder, "run_cost")
-            return flowcontrol.stop_for_cost(state, cost, state.cost_budget_usd, "run", now=now)
-    if call is None:
+    if not scope.capped or rt.flow.on_reserve is None:
         return None
-    worst = _worst_case(*call)
-    batch, batch_cap = state.batch_id, state.batch_cost_budget_usd
-    spend = BatchSpend(rt.redis, rt.keys, rt.settings.run_ttl_seconds)
-    if batch is not None and batch_cap is not None:
-        got = spend.reserve(batch, state.run_id, worst, batch_cap)
-        if not got.ok:
-            metrics.budget_stop(rt.recorder, "batch_cost")
-            return flowcontrol.stop_for_cost(state, got.spent + got.held, batch_cap, "batch", now=now)
-    cap = quota_of(rt.settings, state.tenant).cost_per_day_usd
-    if cap is None:
-        return None
-    got = TenantSpend(rt.redis, rt.keys).reserve(state.tenant, state.run_id, worst, cap)
-    if got.ok:
-        return None
-    if batch is not None and batch_cap is not None:
-        spend.release(batch, state.run_id)  # the call is not made
-    metrics.budget_stop(rt.recorder, "tenant_cost")
-    return flowcontrol.stop_for_cost(state, got.spent + got.held, cap, "tenant", now=now)
+    try:
+        rt.flow.on_reserve(scope, _worst_case(*call))
+    except CostCapReached as cap:
+        return cap_stop(rt, state, cap, now=now)
+    return None
 
 
 def cap_stop(rt: Runtime, state: RunState, cap: CostCapReached, *, now: float) -> list[Event]:
