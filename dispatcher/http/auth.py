@@ -167,10 +167,15 @@ def _schedule(scope: str) -> Any:
                       "an admin key: whose schedule (default: its own tenant's)"))) -> ScheduleRef:
         caller = caller_of(request)
         owner = tenant if tenant is not None and caller.admin else caller.tenant
-        key = gw.keys.schedule(owned_name(owner, schedule_id))
-        if owner != DEFAULT_TENANT and not await gw.aredis.exists(key):
-            key = gw.keys.schedule(schedule_id)  # stored under its bare id: its tenant field decides
-        await owned(request, gw, Record("schedule", schedule_id, key, present="spec"), scope)
+        record = Record("schedule", schedule_id, gw.keys.schedule(owned_name(owner, schedule_id)), present="spec")
+        try:
+            await owned(request, gw, record, scope)
+        except RunNotFound:
+            if owner == DEFAULT_TENANT:
+                raise
+            # Stored under its bare id: its tenant field decides (a second read only on a miss).
+            bare = Record("schedule", schedule_id, gw.keys.schedule(schedule_id), present="spec")
+            await owned(request, gw, bare, scope)
         return ScheduleRef(schedule_id, owner)
     return Depends(dep)
 
