@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import httpx
+import httpx2
 
 from reactq.dispatcher.api_client import _http, routes
 from reactq.dispatcher.api_client._core import Call, Resume, SSEDecoder, backoff
@@ -49,10 +49,10 @@ class Client:
     ``reconnect_s``: how long a stream keeps reconnecting after its connection broke."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *,
-                 timeout: float | httpx.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
-                 reconnect_s: float = 60.0, http_client: httpx.Client | None = None) -> None:
+                 timeout: float | httpx2.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
+                 reconnect_s: float = 60.0, http_client: httpx2.Client | None = None) -> None:
         opts = _http.options(base_url, api_key, timeout)
-        self._http = http_client or httpx.Client(**opts)
+        self._http = http_client or httpx2.Client(**opts)
         self._stream_timeout = _http.stream_timeout(opts["timeout"])
         self.max_retries = max_retries
         self.reconnect_s = reconnect_s
@@ -78,13 +78,13 @@ class Client:
         attempt = 0
         while True:
             attempt += 1
-            cause: httpx.TransportError | None = None
+            cause: httpx2.TransportError | None = None
             try:
                 res = self._http.request(call.method, call.path, params=call.query(), json=call.json)
                 if not res.is_error:
                     return _http.parse(call, res)
                 error: APIError = _http.error_of(res)
-            except httpx.TransportError as exc:
+            except httpx2.TransportError as exc:
                 cause, error = exc, _http.transport_error(exc)
             if attempt > self.max_retries or not _http.retryable(call, error, cause):
                 raise error
@@ -106,8 +106,8 @@ class Client:
                         yield event
                         if event.event == "done":
                             return
-                failure: Exception = _http.transport_error(httpx.RemoteProtocolError("the stream ended before done"))
-            except httpx.TransportError as exc:
+                failure: Exception = _http.transport_error(httpx2.RemoteProtocolError("the stream ended before done"))
+            except httpx2.TransportError as exc:
                 failure = _http.transport_error(exc)
             except APIError as exc:
                 if exc.status_code not in (502, 503, 504):

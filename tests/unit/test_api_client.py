@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-import httpx
+import httpx2
 import pytest
 
 import reactq
@@ -64,12 +64,12 @@ def test_only_calls_safe_to_repeat_are_retried():
     assert create.json["idempotency_key"].startswith("client-") and create.retry
     assert with_idempotency_key({"idempotency_key": "mine"}) == {"idempotency_key": "mine"}
     interrupt = routes.interrupt_run("r", "hi")
-    reset, refused = httpx.ReadError("reset"), httpx.ConnectError("refused")
+    reset, refused = httpx2.ReadError("reset"), httpx2.ConnectError("refused")
     assert not _http.retryable(interrupt, _http.transport_error(reset), reset)
     assert _http.retryable(interrupt, _http.transport_error(refused), refused)  # nothing was sent
     assert _http.retryable(routes.get_run("r"), reactq.ServerError("x", status_code=503), None)
     assert not _http.retryable(routes.get_run("r"), reactq.ServerError("x", status_code=500), None)
-    assert isinstance(_http.transport_error(httpx.ReadTimeout("slow")), reactq.APITimeoutError)
+    assert isinstance(_http.transport_error(httpx2.ReadTimeout("slow")), reactq.APITimeoutError)
     assert backoff(1, retry_after=5.0) == 5.0 and backoff(10) <= 4.0
 
 
