@@ -31,11 +31,13 @@ from reactq.shared.stores.calls import CallLedger
 from reactq.shared.stores.flow import FlowLimiter
 from reactq.shared.errors import CostCapReached
 from reactq.shared.stores.roundtrip import checked, defer, execute, failed, take
-from reactq.shared.stores.approvals import ApprovalStore, approvals_of
+from reactq.shared.service import Door, Stores
+from reactq.shared.stores.approvals import ApprovalStore
 from reactq.shared.stores.run_hash import cost_op, spend_op, spending_op
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.spend import BatchSpend, TenantSpend
 from reactq.shared.tools.base import ToolRegistry
+from reactq.shared.wire import RUNS_QUEUE
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
 from reactq.workers.recovery.lease import Leases
@@ -57,9 +59,24 @@ class Runtime:
         return redis_client(self.settings, health_check_interval=30)
 
     @cached_property
+    def stores(self) -> Stores:
+        """The process's stores (the one ``Stores`` every entry builds from settings)."""
+        return Stores(self.settings, self.redis)
+
+    @cached_property
     def store(self) -> RunStore:
-        return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
-                        maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
+        return self.stores.runs
+
+    @cached_property
+    def door(self) -> Door:
+        """The door, for the runs a worker makes (a DAG's steps, a thread's follow-ups)."""
+        from reactq.workers.app import app
+
+        def send(task: str, args: list[Any], queue: str = RUNS_QUEUE, *, priority: int | None = None) -> None:
+            options = {"priority": priority} if priority else {}
+            app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
+
+        return Door(self.stores, send)
 
     @cached_property
     def calls(self) -> CallLedger:
@@ -67,7 +84,7 @@ class Runtime:
 
     @cached_property
     def approvals(self) -> ApprovalStore:
-        return approvals_of(self.store)
+        return self.stores.approvals
 
     @cached_property
     def leases(self) -> Leases:
