@@ -30,9 +30,9 @@ def send_first_step(send: Callable[..., None], run_id: str, *, priority: int | N
 
 def cancel_run(store: RunStore, send: Callable[..., None], run_id: str) -> bool:
     """Ask the run to stop at its next step boundary (it ends ``cancelled``), and nudge it so
-    that a run waiting on slow tools ends now. False when it had ended (or never existed:
-    ``missing_ok``-style, as a thread's or DAG's stop needs); ``RunNotFound`` is left to the
-    caller's own read."""
+    that a run waiting on slow tools ends now. False when it had ended or does not exist (a
+    thread's or a DAG's stop may name a run not made yet; ``Door.cancel_run`` answers
+    ``RunNotFound`` for an unknown id first)."""
     try:
         rec = store.load(run_id)
     except RunNotFound:
