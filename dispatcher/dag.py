@@ -100,10 +100,11 @@ class DagHandle:
 class DagDispatcher:
     """Submits DAGs to the workers and reads them back from Redis."""
 
-    def __init__(self, settings: Settings | None = None, *,
-                 redis_client: redis.Redis | None = None, config: DagConfig | None = None) -> None:
-        self.settings = settings or Settings()
-        self.runs = Dispatcher(self.settings, redis_client=redis_client)
+    def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None,
+                 config: DagConfig | None = None, runs: Dispatcher | None = None) -> None:
+        self.settings = settings or (runs.settings if runs is not None else Settings())
+        # ``runs``: a dispatcher whose stores this one shares (one bundle per process).
+        self.runs = runs or Dispatcher(self.settings, redis_client=redis_client)
         self.config = config or DagConfig()
 
     @property

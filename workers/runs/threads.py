@@ -25,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def thread_store(rt: Runtime) -> ThreadStore:
-    ts: ThreadStore | None = getattr(rt, "_thread_store", None)
-    if ts is None:
-        ts = ThreadStore(rt.redis, keys=rt.keys, ttl_seconds=rt.settings.run_ttl_seconds)
-        rt._thread_store = ts  # type: ignore[attr-defined]
-    return ts
+    return rt.stores.threads
 
 
 def prepare(rt: Runtime, rec: RunRecord, state: RunState) -> bool:
