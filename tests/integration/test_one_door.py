@@ -94,6 +94,7 @@ def door(backend: Backend, llm: LLMFixture, tmp_path_factory: pytest.TempPathFac
     scheduler = subprocess.Popen([sys.executable, "-m", "reactq.dispatcher", "scheduler"], cwd=ROOT,
                                  env=worker_env(url, llm, **env), stdout=log.open("wb"),
                                  stderr=subprocess.STDOUT, start_new_session=True)
+    wait_for(lambda: "beat: Acquired lock" in log.read_text(errors="replace"), 60, "the scheduler's lock")
     settings = Settings(redis_url=url, models=tmp / "models.toml", tenants=tmp / "tenants.toml",
                         tools="tests.integration.tools:TOOLS", demo_tools=True, openai_api_key="k",
                         openai_base_url=llm.server.base_url, key_prefix=prefix, **backend.settings(env))
@@ -145,7 +146,7 @@ def test_ticks_count_in_max_active_runs_and_a_refused_tick_is_skipped(door: Door
         def ids() -> list[str]:
             return [m.decode() for m in door.r.zrange(index, 0, -1)]
 
-        wait_for(ids, 15, "the first tick's run")
+        wait_for(ids, 30, "the first tick's run")
         assert most_active(door, ids, 6.0) <= 2, "no more of the tenant's runs than its max_active_runs"
         view = schedules.get(sid, "pair")
         assert view["skipped"] >= 1
@@ -166,7 +167,7 @@ def test_a_tick_the_cap_rule_refuses_is_skipped_with_last_error(door: Door):
     assert store.create(req, int(time.time()) + 1, "capped")
     try:
         rec = wait_for(lambda: (r := store.get(sid, "capped")) is not None and r.skipped >= 1 and r,
-                       15, "a skipped tick")
+                       30, "a skipped tick")
         assert "thinker" in (rec.last_error or "") and "cost_per_day_usd" in (rec.last_error or "")
         assert not door.r.zrange(door.keys.runs_schedule(owned_name("capped", sid)), 0, -1)
     finally:
