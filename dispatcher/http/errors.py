@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reactq.shared.api.errors import ErrorResponse, error_body, validation_body
 from reactq.shared.api.runs import InterruptAccepted
-from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
+from reactq.shared.errors import Forbidden, RequestError, RunNotFound, TooManyRequests
 
 log = logging.getLogger("reactq.http")
 
@@ -55,14 +55,6 @@ def field_error(field: str | None, msg: str, *, where: str | None = "body", stat
     if field:
         detail["field"] = field
     return error_response(status, msg, field=field, details=[detail])
-
-
-class Forbidden(Exception):
-    """The caller's key lacks ``scope`` (HTTP 403 naming it)."""
-
-    def __init__(self, scope: str) -> None:
-        super().__init__(f"this API key lacks the scope {scope!r}")
-        self.scope = scope
 
 
 def forbidden(scope: str) -> JSONResponse:

@@ -72,7 +72,7 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),
                                json_schema=ability(deps.llm, "json_schema"), max_tool_turns=turns)
     result = await deps.llm.chat(loop.llm_messages(state, turns), **request)
-    interrupts = await io.interrupts(state.interrupt_cursor)
+    interrupts = await guard.read_interrupts(state, deps, io)
     events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
     return advanced(state, events, CallLLM())
 
@@ -107,7 +107,7 @@ async def finish_tools(state: RunState, deps: EngineDeps, io: StepIO,
                        outcomes: dict[str, ToolOutcome]) -> Advance:
     """The fan-in: all of the turn's outcomes are in; continue the loop."""
     ran = RunTools(tuple(state.pending_calls))
-    interrupts = await io.interrupts(state.interrupt_cursor)
+    interrupts = await guard.read_interrupts(state, deps, io)
     events = loop.on_tool_results(state, outcomes, interrupts, deps.config, now=deps.clock())
     return advanced(state, events, ran)
 

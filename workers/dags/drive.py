@@ -21,15 +21,16 @@ from reactq.shared.dag.planner import create_plan
 from reactq.shared.dag.query import fallback_answer, replan_context, synthesis_messages
 from reactq.shared.dag.state import DagState
 from reactq.shared.stores.dags import DagNotFound, DagRecord
+from reactq.shared.engine import guard
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import CostCapReached, StructuredOutputError
 from reactq.shared.flow.middleware import FlowScope, flow_scope
+from reactq.shared.hooks import HookPoint
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.flow import Limits
 from reactq.shared.tenants import quota_of
-from reactq.shared.wire import ITERATE
 from reactq.workers import metrics
 from reactq.workers.dags.context import DagContext
 from reactq.workers.dags.typed import typed_answer
@@ -58,9 +59,24 @@ def drive_start(ctx: DagContext, dag_id: str) -> None:
         model = request.model or name_for_role(ctx.rt.models, "smart")
         state = M.new_dag(dag_id, request, model=model, now=time.time())
         state.tenant = rec.tenant
-        if not ctx.save(state, rec.version, M.start_planning(state)):
+        blocked = _guardrails(ctx, state, request)
+        if not ctx.save(state, rec.version, blocked or M.start_planning(state)) or blocked:
             return
     drive_plan(ctx, dag_id, 1)
+
+
+def _guardrails(ctx: DagContext, state: DagState, request: DagRequest) -> M.Transition | None:
+    """The ``RUN_START`` guardrails over the goal and each given step's task, before the
+    planner's call: a block ends the DAG ``failed`` with ``error {kind: "guardrail"}``."""
+    hooks = ctx.rt.hooks
+    if not hooks.has(HookPoint.RUN_START):
+        return None
+    texts = [("goal", request.goal), *((f"steps.{i}.task", s.task) for i, s in enumerate(request.steps or []))]
+    _, got = ctx.rt.run(guard.check_texts(hooks, texts, {**request.metadata, "dag_id": state.dag_id}))
+    if got is None or got.blocked is None:
+        return None
+    return M.fail(state, got.blocked.message or "blocked", ctx.env(), kind="guardrail",
+                  guardrail=got.blocked.guardrail)
 
 
 def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
@@ -168,14 +184,17 @@ def _observe(ctx: DagContext, state: DagState, env: M.Env, *, repair: bool) -> M
         t.events += M.forward_progress(state, step, ctx.rt.store.read_events(step.run_id, step.cursor), env)
         run = ctx.run_status(step.run_id)
         if run is None:
-            # Its creator died between saving the launch and creating the run.
+            # Not made yet: it waits for room among its tenant's active runs (its clock
+            # starts when it is made), or its creator died between the launch and the run.
+            if ctx.waits_for_room(state.tenant):
+                step.started_at = env.now
             t.effects.append(M.child_request(state, step, env))
         elif run["status"] in TERMINAL_STATUSES and run["result"] is not None:
             t += M.complete_step(state, step.id, step.run_id, run, env)
         elif repair and run["status"] == "queued" and run["events"] == 0 \
                 and not ctx.rt.leases.alive(run_member(step.run_id)):
-            # Created, but its first task may never have been sent: a duplicate is harmless.
-            t.effects.append(M.Send(ITERATE, [step.run_id, 0]))
+            # Made, but its first task may never have been sent: a duplicate is harmless.
+            t.effects.append(M.child_request(state, step, env))
     t += M.schedule(state, env)
     return t
 
