@@ -60,6 +60,9 @@ class ToolOutcome(BaseModel):
     """The arguments a person approved in place of the model's (an edit)."""
     ask: str | None = None
     """Set by a PreToolUse hook's ``ask``: the call was not run, it waits for a person."""
+    announced: bool = False
+    """Its ``iteration done`` is already on the stream (a turn where a call may wait publishes
+    each call's as it completes); the fan-in does not publish it again."""
 
 
 class Interrupt(BaseModel):
@@ -111,6 +114,9 @@ class RunState(BaseModel):
     """The turn's calls past the cap: answered with an error observation, never run."""
     pending_reasoning: str = ""
     tools_started_at: float = 0.0
+    held_calls: list[str] = Field(default_factory=list)
+    """Ids of the turn's calls that may wait for a person (``approval.may_wait``): no
+    ``iteration start`` at dispatch; whoever runs the call publishes it, once it runs."""
     answer: str | None = None
     """The loop's own (brief) answer; the synthesis falls back to it."""
     final_answer: str | None = None

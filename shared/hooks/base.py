@@ -197,6 +197,10 @@ class HookRegistry:
                 result = res.modified_result
         return HookResult(allow=True, modified_result=modified, side_effects=effects)
 
+    def applies(self, point: HookPoint, tool_name: str) -> bool:
+        """Whether any hook at ``point`` runs for ``tool_name`` (its ``tool_filter``)."""
+        return bool(self._ordered(point, tool_name))
+
     def has(self, point: HookPoint) -> bool:
         """Whether any hook is registered at ``point`` (what a run without guardrails asks)."""
         return any(h.hook_point == point for h in self._hooks)

@@ -51,6 +51,7 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
         outcome = approvals.run_call(rt, run_id, call, turn, record, opened.token, len(calls))
         if outcome is approvals.WAITS:
             return  # it waits for a person, holding nothing (the lease goes as the task ends)
+        approvals.announce_done(rt, run_id, call, turn, outcome)
     # Whatever follows the close is a send, covered by the due record the close writes: the
     # lease goes with it.
     release = rt.leases.handoff()
