@@ -19,7 +19,7 @@ from reactq.shared.events import Event
 from reactq.shared.hooks import HookContext, HookPoint, HookRegistry
 from reactq.shared.hooks.base import Guarded
 
-__all__ = ["Checked", "check_answer", "check_query"]
+__all__ = ["Checked", "check_answer", "check_query", "check_text"]
 
 GUARDRAIL_CHANNEL = "guardrail"
 
@@ -56,6 +56,16 @@ async def check_query(state: RunState, hooks: HookRegistry, *, now: float) -> Ch
     got = await hooks.run_guardrails(HookPoint.RUN_START, _context(state, HookPoint.RUN_START))
     return Checked(_events(state, HookPoint.RUN_START, got, now),
                    None if got.blocked is not None else state.query)
+
+
+async def check_text(hooks: HookRegistry, answer: str, *, query: str, metadata: dict[str, Any],
+                     conversation_id: str, output: Any = None) -> Guarded:
+    """The ``ANSWER`` guardrails over a text that is not a run's (a DAG's final answer)."""
+    user = metadata.get("user_id")
+    ctx = HookContext(hook_point=HookPoint.ANSWER, metadata=metadata, query=query, answer=answer,
+                      output=output, conversation_id=conversation_id,
+                      user_id=user if isinstance(user, str) else None)
+    return await hooks.run_guardrails(HookPoint.ANSWER, ctx)
 
 
 async def check_answer(state: RunState, hooks: HookRegistry, answer: str, *, now: float,

@@ -156,6 +156,9 @@ class RunState(BaseModel):
     """The failed attempts and the validator's errors, which the next attempt sees."""
     answer_guarded: bool = False
     """An ANSWER guardrail checks the answer: no unchecked text ends up in ``done``."""
+    answer_ready: bool = False
+    """The answer is ``answer`` as it is, with no model call left (the budget's summary): the
+    answer step only has the ANSWER guardrails check it before it is published."""
     webhook_on_done: bool = False
     """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
 

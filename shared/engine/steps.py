@@ -119,6 +119,8 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
     A run with an ``output_schema`` or an ``ANSWER`` guardrail publishes nothing of its
     answer before it is checked (``answers``).
     """
+    if state.answer_ready:
+        return await answers.ready_answer_step(state, deps, io)
     if state.output_schema is not None:
         return await answers.typed_answer_step(state, deps, io)
     if deps.hooks.has(HookPoint.ANSWER) and published_seq <= state.seq:

@@ -84,7 +84,7 @@ def test_an_invalid_answer_is_repaired_and_the_repair_carries_the_validators_mes
     assert json.loads(second["messages"][-2]["content"]) == bad
     repairs = [e.data for e in events if e.channel == "phase" and e.data.get("phase") == "output_repair"]
     assert repairs == [{"phase": "output_repair", "attempt": 1, "seq": repairs[0]["seq"],
-                        "problems": ["$.total: '120.50' is not of type 'number'"]}]
+                        "problems": ['$.total: does not satisfy type: "number"']}]
     # usage counts both attempts (and the loop's turn)
     assert result["usage"]["llm_calls"] == 3
 

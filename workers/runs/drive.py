@@ -199,6 +199,8 @@ def _answer_step(step: Step, published_seq: int) -> Advance | None:
     """The synthesis through the flow gate; None when it waits for model capacity."""
     if step.io.cancel:
         return step.stop()
+    if step.state.answer_ready:  # the budget's summary: no model call, only its guardrails
+        return _cancellable(step, steps.answer_step(step.state, step.deps, step.io))
     gate = flow.gate(step.rt, step.state, step.deps)
     if gate.wait is not None:
         defer(step, gate.wait, published_seq)
