@@ -39,6 +39,7 @@ from reactq.shared.keys import Keys
 from reactq.shared.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.approvals_lua import ANNOUNCE, CANCEL, DECIDE, REQUEST
+from reactq.shared.stores.roundtrip import Op
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.stores.streams import text
 from reactq.shared.tenancy import owner_of
@@ -125,8 +126,12 @@ class ApprovalStore:
     def announce(self, run_id: str, step_no: int, call_id: str, data: dict[str, Any]) -> bool:
         """Publish a call's own ``step`` event in a turn with held calls (``callevents``), unless
         the turn is over, the run is asked to stop or the call is done. Whether it went out."""
+        return int(self.announce_op(run_id, step_no, call_id, data).run(self.r)) > 0
+
+    def announce_op(self, run_id: str, step_no: int, call_id: str, data: dict[str, Any]) -> Op:
+        """``announce`` for a round trip of someone else's (a call's close: in the same write)."""
         keys = [self.keys.run(run_id), self.keys.run_tools(run_id), self.keys.run_events(run_id)]
-        return int(self._announce(keys=keys, args=[call_id, step_no, self.maxlen, dumps(data)])) > 0
+        return Op.call(self._announce, keys, [call_id, step_no, self.maxlen, dumps(data)])
 
     # -- reads ------------------------------------------------------------------------
     def get(self, run_id: str, approval_id: str) -> dict[str, Any] | None:

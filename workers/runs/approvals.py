@@ -23,6 +23,7 @@ from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.errors import ApprovalConflict, RunNotFound
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.stores.approvals import Decided
+from reactq.shared.stores.roundtrip import Op
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers import webhooks
 from reactq.workers.runs.listeners import Send
@@ -85,12 +86,16 @@ def run_call(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, An
 
 
 def announce_done(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any],
-                  outcome: ToolOutcome) -> None:
-    """In a turn with held calls, a call's ``iteration done`` goes out as it completes, before
-    its close counts it in (``callevents``); the fan-in then does not publish it again."""
-    if turn.get("held"):
-        data = done_data(int(turn["iteration"]), call, outcome, float(turn["tools_started_at"]), time.time())
-        outcome.announced = rt.approvals.announce(run_id, int(turn["step_no"]), call.id, data)
+                  outcome: ToolOutcome) -> list[Op]:
+    """In a turn with held calls, a call's ``iteration done`` goes out as it completes, in the
+    write of its close, just before the close counts it in (``callevents``): the fan-in, which
+    starts from ``pub_seq``, comes after it and does not publish it again. Not published
+    (the turn over, the run stopping, the call done elsewhere) only where that no longer matters."""
+    if not turn.get("held"):
+        return []
+    outcome.announced = True
+    data = done_data(int(turn["iteration"]), call, outcome, float(turn["tools_started_at"]), time.time())
+    return [rt.approvals.announce_op(run_id, int(turn["step_no"]), call.id, data)]
 
 
 def request(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any], reason: str,
