@@ -165,3 +165,41 @@ def test_the_inbox_json_of_the_cli_names_the_tenant(workers: Any, dispatcher: Di
     rows = [a for a in json.loads(listed.stdout)["approvals"] if a["approval_id"] == req["approval_id"]]
     assert rows and rows[0]["tenant"] == "globex"
     h.cancel()
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_both_shells_publish_the_same_events_for_a_call_that_waits(
+        workers: Any, dispatcher: Dispatcher, llm: LLMFixture, settings: Any, monkeypatch: Any,
+        decision: str) -> None:
+    from reactq.shared.engine.deps import EngineDeps
+    from reactq.shared.events import ListSink
+    from reactq.shared.inprocess import run_local
+    from reactq.shared.llm.registry import load_registry
+    from reactq.shared.settings import EngineConfig
+    from reactq.shared.tools.loader import default_registry
+    from tests.integration.conftest import SELECTION_THRESHOLD
+    from tests.integration.test_distributed_run import _normalized
+
+    monkeypatch.setenv("REACTQ_TOOL_SELECTION_THRESHOLD", SELECTION_THRESHOLD)  # as the workers
+    monkeypatch.delenv("REACTQ_REDIS_URL", raising=False)  # the local transfer records nothing
+    tag = f"shells-{decision}-{uuid.uuid4().hex[:6]}"
+    queries = [llm.script(llm.unique(f"precisely {tag} {shell}"),
+                          [reply_tool_calls([("t1", "transfer", {"tag": tag, "amount": 5})]), reply_text("ok")],
+                          synthesis=reply_text("moved")) for shell in ("local", "workers")]
+
+    async def approver(rec: dict[str, Any]) -> dict[str, Any]:
+        return {"decision": decision, "by": "ops"}
+
+    deps = EngineDeps(llm=load_registry(settings).get_default(), registry=default_registry(settings),
+                      config=EngineConfig())
+    sink = ListSink()
+    await run_local(RunRequest(query=queries[0], completion_check=False), deps, sink=sink, approver=approver)
+    h = dispatcher.submit(RunRequest(query=queries[1], completion_check=False))
+    req = _requested(h)[0]
+    h.decide(req["approval_id"], decision, by="ops")
+    remote = [e for _, e in h.events(timeout=60)]
+    assert _normalized(remote) == _normalized(sink.events)
+    kinds = [(e.channel, e.data.get("status")) for e in remote if e.data.get("tool_call_id") == "t1"]
+    decided = "approved" if decision == "approve" else "rejected"
+    tail = [("step", "start"), ("step", "done")] if decision == "approve" else [("step", "done")]
+    assert kinds == [("approval", "requested"), ("approval", decided), *tail]
