@@ -20,17 +20,15 @@ from reactq.shared.engine.deps import Approver, EngineDeps, StepIO
 from reactq.shared.engine.loop import emit
 from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.engine.toolexec import execute_call
-from reactq.shared.hooks import HookPoint
 from reactq.shared.models import ToolCallRequest
 
 
 def may_wait(state: RunState, deps: EngineDeps, call: ToolCallRequest) -> bool:
     """Whether ``call`` may wait for a person: its tool or the run's policy says it waits, or
-    a PreToolUse hook (which may ``ask``) runs for its tool."""
+    a PreToolUse hook that may ``ask`` runs for its tool (``Hook.may_ask``)."""
     registry = deps.run_registry(state)
     flag = call.name in registry and registry.get(call.name).requires_approval
-    return (A.wait_reason(call.name, flag, state.approval) is not None
-            or deps.hooks.applies(HookPoint.PRE_TOOL_USE, call.name))
+    return A.wait_reason(call.name, flag, state.approval) is not None or deps.hooks.may_ask(call.name)
 
 
 async def run_held(state: RunState, deps: EngineDeps, call: ToolCallRequest, io: StepIO, *,
