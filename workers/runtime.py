@@ -91,7 +91,15 @@ class Runtime:
 
     @cached_property
     def recorder(self) -> Recorder:
-        return Recorder(self.redis, self.keys)
+        return Recorder(self.redis, self.keys, known=self._registered_names)
+
+    def _registered_names(self) -> dict[str, frozenset[str]]:
+        """The names a metric's ``tool`` and ``model`` labels may carry (``Recorder``)."""
+        return {"tool": frozenset(t.name for t in self.tools), "model": self._model_names}
+
+    @cached_property
+    def _model_names(self) -> frozenset[str]:
+        return frozenset(load_registry(self.settings).list_models())
 
     @cached_property
     def flow(self) -> FlowControl:

@@ -23,7 +23,7 @@ from reactq.shared.events import Event
 from reactq.shared.hooks import HookContext, HookPoint, HookRegistry
 from reactq.shared.hooks.base import Guarded
 
-__all__ = ["Checked", "check_answer", "check_query", "check_texts", "read_interrupts"]
+__all__ = ["Checked", "check_answer", "check_query", "check_text", "check_texts", "read_interrupts"]
 
 GUARDRAIL_CHANNEL = "guardrail"
 
@@ -111,6 +111,16 @@ async def read_interrupts(state: RunState, deps: EngineDeps, io: StepIO) -> list
     if not allowed:
         state.interrupt_cursor = interrupts[-1].cursor
     return allowed
+
+
+async def check_text(hooks: HookRegistry, answer: str, *, query: str, metadata: dict[str, Any],
+                     conversation_id: str, output: Any = None) -> Guarded:
+    """The ``ANSWER`` guardrails over a text that is not a run's (a DAG's final answer)."""
+    user = metadata.get("user_id")
+    ctx = HookContext(hook_point=HookPoint.ANSWER, metadata=metadata, query=query, answer=answer,
+                      output=output, conversation_id=conversation_id,
+                      user_id=user if isinstance(user, str) else None)
+    return await hooks.run_guardrails(HookPoint.ANSWER, ctx)
 
 
 async def check_answer(state: RunState, hooks: HookRegistry, answer: str, *, now: float,

@@ -18,9 +18,8 @@ from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, Select
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesize
-from reactq.shared.engine.approval import wait_reason
 from reactq.shared.engine.toolexec import execute_call
-from reactq.shared.engine.waiting import decide_and_run
+from reactq.shared.engine.waiting import may_wait, run_held
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint
 from reactq.shared.llm.base import ability, answer_synthesis, max_tool_turns
@@ -73,25 +72,21 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
                                json_schema=ability(deps.llm, "json_schema"), max_tool_turns=turns)
     result = await deps.llm.chat(loop.llm_messages(state, turns), **request)
     interrupts = await guard.read_interrupts(state, deps, io)
-    events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
+    events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock(),
+                                held=lambda call: may_wait(state, deps, call))
     return advanced(state, events, CallLLM())
 
 
 async def run_tool(state: RunState, deps: EngineDeps, call_id: str, io: StepIO, *,
                    worker: str | None = None) -> ToolOutcome:
-    """Execute one pending call of the current turn in this process; a call that must wait
-    for a person asks ``deps.approver`` first (the Celery shell: ``workers/runs/approvals.py``)."""
+    """Execute one pending call of the current turn in this process. In a turn where a call
+    may wait for a person, ``waiting.run_held`` runs each call (a call that must wait asks
+    ``deps.approver`` first; the Celery shell: ``workers/runs/approvals.py``)."""
     call = next(c for c in state.pending_calls if c.id == call_id)
-    registry = deps.run_registry(state)
-    flag = call.name in registry and registry.get(call.name).requires_approval
-    reason = wait_reason(call.name, flag, state.approval)
-    if reason is None:
-        out = await execute_call(call, registry=registry, hooks=deps.hooks, run_id=state.run_id,
-                                 metadata=state.metadata, clock=deps.clock, worker=worker)
-        if out.ask is None:
-            return out
-        reason = out.ask
-    return await decide_and_run(state, deps, call, reason, io)
+    if state.held_calls:
+        return await run_held(state, deps, call, io, worker=worker)
+    return await execute_call(call, registry=deps.run_registry(state), hooks=deps.hooks, run_id=state.run_id,
+                              metadata=state.metadata, clock=deps.clock, worker=worker)
 
 
 async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
@@ -124,6 +119,8 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
     A run with an ``output_schema`` or an ``ANSWER`` guardrail publishes nothing of its
     answer before it is checked (``answers``).
     """
+    if state.answer_ready:
+        return await answers.ready_answer_step(state, deps, io)
     if state.output_schema is not None:
         return await answers.typed_answer_step(state, deps, io)
     if deps.hooks.has(HookPoint.ANSWER) and published_seq <= state.seq:
