@@ -21,7 +21,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.errors import NoWorker, RequestError, RunNotFound, TooManyRequests
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
@@ -235,13 +235,15 @@ class Dispatcher:
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
-               batch_cost_budget_usd: float | None = None) -> RunHandle:
+               batch_cost_budget_usd: float | None = None, seed: RunState | None = None,
+               forked_from: dict[str, Any] | None = None) -> RunHandle:
         """Validate, store and enqueue a run of ``tenant``. An ``idempotency_key`` the
         tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
         the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``),
         ``schedule_id`` under its schedule (with ``scheduled_for``, the tick, on a tick's run).
         ``batch_cost_budget_usd``: the batch's dollar cap, which every call of the run is held
-        against (with ``batch_id``)."""
+        against (with ``batch_id``). A fork (``dispatcher/fork.py``) starts from ``seed``, its
+        first state, and records ``forked_from``."""
         req = self.validate(request)
         self.check_tenant_cap(req.model, tenant)
         if req.thread_id is not None:
@@ -256,7 +258,8 @@ class Dispatcher:
         rid, created = self.store.create(run_id, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id,
                                          schedule_id=schedule_id, scheduled_for=scheduled_for,
-                                         tenant=tenant, batch_cost_budget_usd=batch_cost_budget_usd)
+                                         tenant=tenant, batch_cost_budget_usd=batch_cost_budget_usd,
+                                         seed=seed, forked_from=forked_from)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)

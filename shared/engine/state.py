@@ -154,6 +154,8 @@ class RunState(BaseModel):
     """An ANSWER guardrail checks the answer: no unchecked text ends up in ``done``."""
     webhook_on_done: bool = False
     """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
+    forked_from: dict[str, Any] | None = None
+    """``{run_id, turn, reuse}`` of the run this one was forked from (``engine/fork.py``)."""
     recorded: dict[str, Any] | None = None
     """Recorded calls that may answer this run's calls (``engine/recorded.py``: ``Recorded``
     as JSON): another run's ledger from one of its turns on, the policy, the matches made."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from reactq.shared.engine import answers, billing, ending, guard, loop, recorded
+from reactq.shared.engine import answers, billing, ending, fork, guard, loop, recorded
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
@@ -28,8 +28,11 @@ from reactq.shared.llm.base import ability, answer_synthesis, max_tool_turns
 
 async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """``SelectTools``: the ``RUN_START`` guardrails (when registered), tool selection when
-    there are many tools, then the first messages."""
+    there are many tools, then the first messages. A fork (``engine/fork.py``) says so first,
+    and keeps its parent's tools and history."""
     events: list[Event] = []
+    if state.forked_from is not None:
+        await io.publish([loop.emit(state, "fork", **fork.fork_event_data(state))])
     if deps.hooks.has(HookPoint.RUN_START):
         checked = await guard.check_query(state, deps.hooks, now=deps.clock())
         if checked.answer is None:  # blocked: the run ends before any LLM call
@@ -38,6 +41,9 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
         await io.publish(events)  # before selection's call, as the decision came first
         events = []
     state.answer_guarded = deps.hooks.has(HookPoint.ANSWER)
+    if state.forked_from is not None:
+        fork.resume(state, deps.schemas(state), now=deps.clock())
+        return advanced(state, events, SelectTools())
     selected: list[str] | None = None
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])

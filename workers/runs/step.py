@@ -86,7 +86,10 @@ def start(rt: Runtime, rec: RunRecord, send: Send, task: str) -> Step:
 
 
 def initial_state(rt: Runtime, rec: RunRecord) -> RunState:
-    """The state of a run before its first step, from its request."""
+    """The state of a run before its first step, from its request (a fork: its seed, the
+    parent's history prepared when the fork was made)."""
+    if rec.seed is not None:
+        return rec.seed.model_copy(update={"run_id": rec.run_id, "tenant": rec.tenant})
     request = RunRequest.model_validate(rec.request)
     deps = rt.deps_for(None, request.model)
     state = new_state(request, deps, run_id=rec.run_id)

@@ -1,0 +1,48 @@
+"""Fork routes: ``POST /v1/runs/{id}/fork``, ``POST /v1/batches/{id}/fork``,
+``POST /v1/dags/{id}/fork``.
+
+A fork is a new run of its parent's tenant that starts at one of the parent's turns with the
+parent's history before it; its calls are answered from the parent's ledger as ``reuse`` says
+(``reactq.shared.engine.recorded``). ``dry_run`` answers the plan (200) and creates nothing.
+A parent that has not ended, or ``from: last_failure`` of one that did not fail → 409; another
+tenant's id → 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from reactq.dispatcher.fork import fork_run
+from reactq.dispatcher.http.auth import RunWrite
+from reactq.dispatcher.http.errors import responses
+from reactq.dispatcher.http.gateway import GatewayDep
+from reactq.shared.api.runs import ForkedFrom
+from reactq.shared.fork.models import ForkCreated, ForkRequest
+
+router = APIRouter(tags=["forks"])
+
+
+@router.post("/v1/runs/{run_id}/fork", status_code=202, response_model=ForkCreated,
+             responses={200: {"description": "A dry run: the plan; nothing was created", "model": ForkCreated},
+                        **responses(404, 409, 429)})
+async def fork_a_run(run_id: RunWrite, body: ForkRequest, gw: GatewayDep) -> Any:
+    """Fork an ended run: a new run with the parent's history before the fork's turn."""
+    try:
+        forked = await asyncio.to_thread(fork_run, gw.dispatcher, run_id, body)
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from exc
+    plan = forked.plan
+    if forked.handle is None:
+        return JSONResponse(ForkCreated(plan=plan, forked_from=ForkedFrom(**forked.forked_from),
+                                        created=False).model_dump(mode="json"), status_code=200)
+    return ForkCreated(run_id=forked.handle.run_id, forked_from=ForkedFrom(**forked.forked_from), plan=plan,
+                       created=forked.handle.created)
+
+
+__all__ = ["router"]

@@ -1,0 +1,191 @@
+"""Forks through real workers and the scripted model: a fork starts at a turn of its parent
+with the parent's history, and the parent's ledger answers the calls its model makes again."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from reactq.dispatcher.client import Dispatcher
+from reactq.shared.keys import Keys
+from reactq.shared.requests import RunRequest
+from tests.integration.conftest import LLMFixture
+from tests.scripted_server import reply_error, reply_text, reply_tool_calls
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def http(dispatcher: Dispatcher) -> Iterator[Any]:
+    from fastapi.testclient import TestClient
+
+    from reactq.dispatcher.http.app import create_app
+
+    with TestClient(create_app(dispatcher.settings)) as client:
+        yield client
+
+
+def _ran(r: redis.Redis, tag: str) -> int:
+    return sum(1 for raw in r.lrange("reactq-test:toolruns", 0, -1) if json.loads(raw)["tag"] == tag)
+
+
+def _events(d: Dispatcher, run_id: str) -> list[Any]:
+    return [e for _, e in d.handle(run_id).events(timeout=60)]
+
+
+def _done_calls(events: list[Any]) -> dict[str, dict[str, Any]]:
+    return {e.data["tool_call_id"]: e.data for e in events
+            if e.channel == "step" and e.data.get("type") == "iteration" and e.data.get("status") == "done"}
+
+
+def _failed_at_turn_3(llm: LLMFixture, d: Dispatcher, tag: str) -> tuple[str, str]:
+    """A parent: turn 1 charges a card (not idempotent) and sleeps (idempotent), turn 2
+    charges again, turn 3's LLM call fails (a 400 is not retried)."""
+    q = llm.script(llm.unique("fork me"), [
+        reply_tool_calls([("c1", "charge_card", {"tag": f"{tag}-a", "seconds": 0}),
+                          ("c2", "slow", {"tag": f"{tag}-b", "seconds": 0})]),
+        reply_tool_calls([("c3", "charge_card", {"tag": f"{tag}-c", "seconds": 0})]),
+        reply_error(400, {"error": {"message": "provider outage", "type": "invalid_request_error"}}),
+    ])
+    h = d.submit(RunRequest(query=q, completion_check=False))
+    assert h.result(timeout=60)["status"] == "failed"
+    return q, h.run_id
+
+
+def test_a_fork_from_the_last_failure_carries_the_history_and_runs_no_earlier_tool(
+        workers: Any, dispatcher: Dispatcher, llm: LLMFixture, r: redis.Redis, http: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    q, parent = _failed_at_turn_3(llm, dispatcher, tag)
+    assert [_ran(r, f"{tag}-{x}") for x in "abc"] == [1, 1, 1]
+    before = len(llm.requests_for(q))
+    llm.script(q, [reply_text("unused"), reply_text("unused"), reply_text("the answer")])  # the outage is over
+
+    got = http.post(f"/v1/runs/{parent}/fork", json={})
+    assert got.status_code == 202, got.text
+    body = got.json()
+    assert body["forked_from"] == {"run_id": parent, "turn": 3}
+    assert body["plan"]["turn"] == 3 and body["plan"]["calls"] == []
+    fork = body["run_id"]
+    assert dispatcher.handle(fork).result(timeout=60)["status"] == "succeeded"
+    assert [_ran(r, f"{tag}-{x}") for x in "abc"] == [1, 1, 1], "no earlier tool ran again"
+    events = _events(dispatcher, fork)
+    assert events[0].channel == "fork" and events[0].seq == 1
+    assert events[0].data["forked_from"] == {"run_id": parent, "turn": 3} and events[0].data["reuse"] == "effects"
+    assert next(e for e in events if e.channel == "step").data["iteration"] == 3
+    first = llm.requests_for(q)[before]  # the fork's first LLM request
+    tools = [m for m in first["messages"] if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tools] == ["c1", "c2", "c3"]
+    assert sum(1 for m in first["messages"] if m["role"] == "assistant") == 2
+    assert http.get(f"/v1/runs/{fork}").json()["forked_from"] == {"run_id": parent, "turn": 3}
+    rows = http.get("/v1/runs", params={"forked_from": parent}).json()["runs"]
+    assert [row["run_id"] for row in rows] == [fork] and rows[0]["forked_from"]["run_id"] == parent
+
+
+@pytest.mark.parametrize(("reuse", "ran_a", "ran_b"), [("effects", 1, 2), ("all", 1, 1), ("none", 2, 2)])
+def test_reuse_decides_which_repeated_calls_run_again(workers: Any, dispatcher: Dispatcher, llm: LLMFixture,
+                                                      r: redis.Redis, http: Any, reuse: str, ran_a: int,
+                                                      ran_b: int) -> None:
+    tag = uuid.uuid4().hex[:8]
+    q, parent = _failed_at_turn_3(llm, dispatcher, tag)
+    llm.script(q, [reply_tool_calls([("x1", "charge_card", {"tag": f"{tag}-a", "seconds": 0}),
+                                     ("x2", "slow", {"tag": f"{tag}-b", "seconds": 0})]),
+                   reply_text("done"), reply_text("done")])
+    dry = http.post(f"/v1/runs/{parent}/fork", json={"from": 1, "reuse": reuse, "dry_run": True})
+    assert dry.status_code == 200, dry.text
+    plan = {c["tool_call_id"]: c for c in dry.json()["plan"]["calls"]}
+    assert set(plan) == {"c1", "c2", "c3"} and plan["c1"]["ledger"] == "done" and not plan["c1"]["idempotent"]
+    expected = {"effects": ("reused", "runs"), "all": ("reused", "reused"), "none": ("runs", "runs")}[reuse]
+    assert (plan["c1"]["if_repeated"], plan["c2"]["if_repeated"]) == expected
+
+    got = http.post(f"/v1/runs/{parent}/fork", json={"from": 1, "reuse": reuse})
+    assert got.status_code == 202, got.text
+    fork = got.json()["run_id"]
+    assert dispatcher.handle(fork).result(timeout=60)["status"] == "succeeded"
+    assert (_ran(r, f"{tag}-a"), _ran(r, f"{tag}-b")) == (ran_a, ran_b)
+    done = _done_calls(_events(dispatcher, fork))
+    assert bool(done["x1"].get("reused")) == (ran_a == 1)
+    assert bool(done["x2"].get("reused")) == (ran_b == 1)
+    if ran_a == 1:
+        assert done["x1"]["observation"] == f"once {tag}-a done"
+
+
+def test_an_uncertain_parent_call_waits_for_a_person(workers: Any, dispatcher: Dispatcher, llm: LLMFixture,
+                                                     r: redis.Redis, http: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    q, parent = _failed_at_turn_3(llm, dispatcher, tag)
+    # What a worker killed mid-call leaves: the call may or may not have run.
+    ledger = Keys(dispatcher.settings.key_prefix).run_tools(parent)
+    rec = json.loads(r.hget(ledger, "c1"))
+    rec["outcome"]["uncertain"] = True
+    r.hset(ledger, "c1", json.dumps(rec))
+    llm.script(q, [reply_tool_calls([("x1", "charge_card", {"tag": f"{tag}-a", "seconds": 0})]),
+                   reply_text("done"), reply_text("done")])
+    dry = http.post(f"/v1/runs/{parent}/fork", json={"from": 1, "dry_run": True}).json()
+    assert {c["tool_call_id"]: c["if_repeated"] for c in dry["plan"]["calls"]}["c1"] == "waits"
+    fork = http.post(f"/v1/runs/{parent}/fork", json={"from": 1}).json()["run_id"]
+    h = dispatcher.handle(fork)
+    pending = _wait_for(lambda: [a for a in h.approvals() if a["status"] == "pending"])
+    assert parent in pending[0]["reason"] and _ran(r, f"{tag}-a") == 1
+    h.decide(pending[0]["approval_id"], "reject")
+    assert h.result(timeout=60)["status"] == "succeeded"
+    assert _ran(r, f"{tag}-a") == 1, "rejected: not run again"
+
+
+def test_a_dry_run_creates_nothing_and_edits_apply(workers: Any, dispatcher: Dispatcher, llm: LLMFixture,
+                                                   r: redis.Redis, http: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    q, parent = _failed_at_turn_3(llm, dispatcher, tag)
+    runs_before = r.zcard(Keys(dispatcher.settings.key_prefix).runs)
+    dry = http.post(f"/v1/runs/{parent}/fork", json={"dry_run": True})
+    assert dry.status_code == 200 and dry.json()["run_id"] is None
+    assert r.zcard(Keys(dispatcher.settings.key_prefix).runs) == runs_before
+    assert http.get("/v1/runs", params={"forked_from": parent}).json()["runs"] == []
+    before = len(llm.requests_for(q))
+    llm.script(q, [reply_text("unused"), reply_text("unused"), reply_text("edited answer")])
+    body = {"edit": {"message": "please finish now", "system_prompt": "Be brief.",
+                     "tool_result": {"tool_call_id": "c3", "observation": "card declined"}},
+            "idempotency_key": f"k-{tag}"}
+    got = http.post(f"/v1/runs/{parent}/fork", json=body)
+    assert got.status_code == 202, got.text
+    again = http.post(f"/v1/runs/{parent}/fork", json=body)
+    assert again.json()["run_id"] == got.json()["run_id"] and again.json()["created"] is False
+    assert dispatcher.handle(got.json()["run_id"]).result(timeout=60)["status"] == "succeeded"
+    first = llm.requests_for(q)[before]["messages"]
+    assert "Be brief." in first[0]["content"]
+    assert next(m for m in first if m.get("tool_call_id") == "c3")["content"] == "card declined"
+    assert first[-1] == {"role": "user", "content": "please finish now"}
+
+
+def test_refusals(workers: Any, dispatcher: Dispatcher, llm: LLMFixture, http: Any) -> None:
+    assert http.post("/v1/runs/nope/fork", json={}).status_code == 404
+    q = llm.script(llm.unique("fine run"), [reply_text("fine")])
+    h = dispatcher.submit(RunRequest(query=q))
+    h.result(timeout=60)
+    got = http.post(f"/v1/runs/{h.run_id}/fork", json={})
+    assert got.status_code == 409 and "did not fail" in got.json()["error"]["message"]
+    got = http.post(f"/v1/runs/{h.run_id}/fork", json={"from": 5})
+    assert got.status_code == 422 and got.json()["error"]["field"] == "from"
+    got = http.post(f"/v1/runs/{h.run_id}/fork", json={"reuse": "some"})
+    assert got.status_code == 422
+    slow = llm.script(llm.unique("slow run"), [reply_text("slow", delay=3.0)])
+    running = dispatcher.submit(RunRequest(query=slow))
+    got = http.post(f"/v1/runs/{running.run_id}/fork", json={"from": "last_turn"})
+    assert got.status_code == 409 and "has not ended" in got.json()["error"]["message"]
+    running.result(timeout=60)
+
+
+def _wait_for(fn: Any, timeout: float = 30) -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError("timed out")
