@@ -18,12 +18,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from reactq.dispatcher.batch.fork import fork_batch
 from reactq.dispatcher.fork import fork_run
-from reactq.dispatcher.http.auth import RunWrite
+from reactq.dispatcher.http.auth import BatchWrite, RunWrite
 from reactq.dispatcher.http.errors import responses
 from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.shared.api.runs import ForkedFrom
-from reactq.shared.fork.models import ForkCreated, ForkRequest
+from reactq.shared.fork.models import BatchForked, BatchForkRequest, ForkCreated, ForkRequest
 
 router = APIRouter(tags=["forks"])
 
@@ -43,6 +44,25 @@ async def fork_a_run(run_id: RunWrite, body: ForkRequest, gw: GatewayDep) -> Any
                                         created=False).model_dump(mode="json"), status_code=200)
     return ForkCreated(run_id=forked.handle.run_id, forked_from=ForkedFrom(**forked.forked_from), plan=plan,
                        created=forked.handle.created)
+
+
+
+
+@router.post("/v1/batches/{batch_id}/fork", status_code=202, response_model=BatchForked,
+             responses={200: {"description": "A dry run: the counts and plans; nothing was created",
+                              "model": BatchForked}, **responses(404, 429)})
+async def fork_a_batch(batch_id: BatchWrite, body: BatchForkRequest, gw: GatewayDep) -> Any:
+    """A new batch: the lines whose status ``status`` names are forks of their runs, the others
+    keep their run and result. The same request twice answers the same batch."""
+    got = await asyncio.to_thread(fork_batch, gw.dispatcher, gw.batches, batch_id, body)
+    out = BatchForked(batch_id=got.batch_id, forked_from=batch_id, forked=got.forked, kept=got.kept,
+                      plans=got.plans if body.dry_run else None)
+    if got.batch_id is None:
+        return JSONResponse(out.model_dump(mode="json"), status_code=200)
+    if got.created:
+        await asyncio.to_thread(gw.batches.claim, got.batch_id, gw.holder)
+        gw.start_batch(got.batch_id)
+    return out
 
 
 __all__ = ["router"]

@@ -189,3 +189,42 @@ def _wait_for(fn: Any, timeout: float = 30) -> Any:
             return got
         time.sleep(0.05)
     raise AssertionError("timed out")
+
+
+def _batch_done(http: Any, batch_id: str) -> dict[str, Any]:
+    return _wait_for(lambda: (v := http.get(f"/v1/batches/{batch_id}", params={"results": True}).json())
+                     and v["status"] == "done" and v, timeout=60)
+
+
+def test_a_batch_forks_its_failed_lines_and_keeps_the_others(workers: Any, dispatcher: Dispatcher,
+                                                             llm: LLMFixture, r: redis.Redis, http: Any) -> None:
+    tag = uuid.uuid4().hex[:8]
+    ok1 = llm.script(llm.unique("batch ok 1"), [reply_text("one")])
+    ok2 = llm.script(llm.unique("batch ok 2"), [reply_text("two")])
+    bad = llm.script(llm.unique("batch outage"), [
+        reply_tool_calls([("c1", "charge_card", {"tag": f"{tag}-a", "seconds": 0})]),
+        reply_error(400, {"error": {"message": "provider outage", "type": "invalid_request_error"}})])
+    got = http.post("/v1/batches", json={"requests": [{"query": ok1}, {"query": bad, "completion_check": False},
+                                                      {"query": ok2}]})
+    assert got.status_code == 202, got.text
+    source = got.json()["batch_id"]
+    first = _batch_done(http, source)
+    assert first["succeeded"] == 2 and first["failed"] == 1
+    old = {res["line"]: res for res in first["results"]}
+    llm.script(bad, [reply_text("unused"), reply_text("recovered")])
+
+    dry = http.post(f"/v1/batches/{source}/fork", json={"dry_run": True})
+    assert dry.status_code == 200 and dry.json()["forked"] == 1 and dry.json()["kept"] == 2
+    got = http.post(f"/v1/batches/{source}/fork", json={})
+    assert got.status_code == 202, got.text
+    body = got.json()
+    assert body["forked_from"] == source and (body["forked"], body["kept"]) == (1, 2)
+    assert http.post(f"/v1/batches/{source}/fork", json={}).json()["batch_id"] == body["batch_id"]
+    done = _batch_done(http, body["batch_id"])
+    assert done["succeeded"] == 3 and done["failed"] == 0
+    new = {res["line"]: res for res in done["results"]}
+    assert new[1]["run_id"] == old[1]["run_id"] and new[3]["run_id"] == old[3]["run_id"]
+    assert new[1]["forked"] is False
+    assert new[2]["run_id"] != old[2]["run_id"] and new[2]["answer"]
+    assert http.get(f"/v1/runs/{new[2]['run_id']}").json()["forked_from"] == {"run_id": old[2]["run_id"], "turn": 2}
+    assert _ran(r, f"{tag}-a") == 1, "the failed line's earlier tool did not run again"
