@@ -19,12 +19,15 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from reactq.dispatcher.batch.fork import fork_batch
+from reactq.dispatcher.dag_fork import fork_dag
 from reactq.dispatcher.fork import fork_run
-from reactq.dispatcher.http.auth import BatchWrite, RunWrite
+from reactq.dispatcher.http.auth import BatchWrite, DagWrite, RunWrite
 from reactq.dispatcher.http.errors import responses
 from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.shared.api.runs import ForkedFrom
-from reactq.shared.fork.models import BatchForked, BatchForkRequest, ForkCreated, ForkRequest
+from reactq.shared.fork.models import (
+    BatchForked, BatchForkRequest, DagForked, DagForkRequest, ForkCreated, ForkRequest,
+)
 
 router = APIRouter(tags=["forks"])
 
@@ -63,6 +66,16 @@ async def fork_a_batch(batch_id: BatchWrite, body: BatchForkRequest, gw: Gateway
         await asyncio.to_thread(gw.batches.claim, got.batch_id, gw.holder)
         gw.start_batch(got.batch_id)
     return out
+
+
+
+@router.post("/v1/dags/{dag_id}/fork", status_code=202, response_model=DagForked, responses=responses(404, 409))
+async def fork_a_dag(dag_id: DagWrite, gw: GatewayDep, body: DagForkRequest | None = None) -> Any:
+    """A new DAG: the succeeded steps keep their results, each failed step runs again as a
+    fork of its run (and the steps depending on it afresh), then the answer is made again.
+    A DAG with no failed step → 409."""
+    got = await asyncio.to_thread(fork_dag, gw.dags, dag_id)
+    return DagForked(dag_id=got.dag_id, forked_from=dag_id, kept=got.kept, rerun=got.rerun)
 
 
 __all__ = ["router"]

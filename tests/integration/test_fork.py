@@ -228,3 +228,42 @@ def test_a_batch_forks_its_failed_lines_and_keeps_the_others(workers: Any, dispa
     assert new[2]["run_id"] != old[2]["run_id"] and new[2]["answer"]
     assert http.get(f"/v1/runs/{new[2]['run_id']}").json()["forked_from"] == {"run_id": old[2]["run_id"], "turn": 2}
     assert _ran(r, f"{tag}-a") == 1, "the failed line's earlier tool did not run again"
+
+
+def test_a_dag_reruns_its_failed_step_as_a_fork_and_its_dependants(workers: Any, dispatcher: Dispatcher,
+                                                                   llm: LLMFixture, http: Any) -> None:
+    from reactq.dispatcher.dag import DagDispatcher
+    from reactq.shared.requests import DagRequest, PlanStepIn
+    from tests.integration.test_dag import script_dag, script_step, step_requests
+
+    uid = uuid.uuid4().hex[:8]
+    goal = f"Forked DAG [{uid}]"
+    script_dag(llm, goal, analysis={"achieved": True, "confidence": 0.9, "reasoning": "fine"})
+    script_step(llm, f"step A {uid}", [reply_text("ok")], "out-A")
+    script_step(llm, f"step B {uid}", [reply_error(400, {"error": {"message": "provider outage"}})], "-")
+    script_step(llm, f"step D {uid}", [reply_text("ok")], "out-D")
+    dags = DagDispatcher(dispatcher.settings)
+    handle = dags.submit(DagRequest(goal=goal, max_rounds=1, steps=[
+        PlanStepIn(id="A", task=f"step A {uid}"), PlanStepIn(id="B", task=f"step B {uid}", dependencies=["A"]),
+        PlanStepIn(id="D", task=f"step D {uid}", dependencies=["B"])]))
+    handle.result(timeout=60)
+    before = {s["id"]: s for s in handle.status()["steps"]}
+    assert [before[k]["status"] for k in "ABD"] == ["completed", "failed", "failed"]
+    script_step(llm, f"step B {uid}", [reply_text("ok")], "out-B")  # the outage is over
+
+    got = http.post(f"/v1/dags/{handle.dag_id}/fork", json={})
+    assert got.status_code == 202, got.text
+    body = got.json()
+    assert body["forked_from"] == handle.dag_id and body["kept"] == ["A"] and body["rerun"] == ["B", "D"]
+    assert http.post(f"/v1/dags/{handle.dag_id}/fork", json={}).json()["dag_id"] == body["dag_id"]
+    fork = dags.handle(body["dag_id"])
+    fork.result(timeout=60)
+    after = {s["id"]: s for s in fork.status()["steps"]}
+    assert [after[k]["status"] for k in "ABD"] == ["completed"] * 3
+    assert after["A"]["run_id"] == before["A"]["run_id"] and after["A"]["result"] == "out-A"
+    assert http.get(f"/v1/runs/{after['B']['run_id']}").json()["forked_from"]["run_id"] == before["B"]["run_id"]
+    loop_calls = [b for b in step_requests(llm, f"step A {uid}") if not b.get("stream")]
+    assert len(loop_calls) == 1, "the kept step did not run again"
+    assert after["D"]["result"] == "out-D" and fork.status()["answer"] == "final DAG answer"
+    again = http.post(f"/v1/dags/{body['dag_id']}/fork", json={})
+    assert again.status_code == 409 and "no failed step" in again.json()["error"]["message"]
