@@ -267,3 +267,29 @@ def test_a_dag_reruns_its_failed_step_as_a_fork_and_its_dependants(workers: Any,
     assert after["D"]["result"] == "out-D" and fork.status()["answer"] == "final DAG answer"
     again = http.post(f"/v1/dags/{body['dag_id']}/fork", json={})
     assert again.status_code == 409 and "no failed step" in again.json()["error"]["message"]
+
+
+def test_the_cli_forks_a_run_and_shows_its_plan(workers: Any, dispatcher: Dispatcher, llm: LLMFixture,
+                                                r: redis.Redis, redis_url: str) -> None:
+    from tests.integration.conftest import worker_env
+    from tests.integration.test_cli import reactq
+
+    env = worker_env(redis_url, llm, COLUMNS="200")
+    tag = uuid.uuid4().hex[:8]
+    q, parent = _failed_at_turn_3(llm, dispatcher, tag)
+    dry = reactq("fork", parent, "--from", "1", "--dry-run", "--json", env=env)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["run_id"] is None and [c["tool_call_id"] for c in plan["plan"]["calls"]] == ["c1", "c2", "c3"]
+    table = reactq("fork", parent, "--from", "1", "--dry-run", env=env)
+    assert "charge_card" in table.stdout and "reused" in table.stdout
+    llm.script(q, [reply_text("unused"), reply_text("unused"), reply_text("cli answer")])
+    made = reactq("fork", parent, "--message", "go on", "--json", env=env)
+    assert made.returncode == 0, made.stderr
+    fork = json.loads(made.stdout)["run_id"]
+    assert dispatcher.handle(fork).result(timeout=60)["status"] == "succeeded"
+    assert [_ran(r, f"{tag}-{x}") for x in "abc"] == [1, 1, 1]
+    assert reactq("fork", "nope", env=env).returncode == 2
+    assert reactq("fork", parent, "--from", "9", env=env).returncode == 2
+    refused = reactq("fork", fork, "--json", env=env)
+    assert refused.returncode == 2 and "did not fail" in refused.stderr
