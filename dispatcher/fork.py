@@ -47,7 +47,8 @@ def fork_id(d: Dispatcher, tenant: str, key: str | None) -> str:
 
 
 def fork_run(d: Dispatcher, parent_id: str, req: ForkRequest, *, flags: dict[str, bool] | None = None,
-             batch_id: str | None = None, kind: str = "run") -> Forked:
+             batch_id: str | None = None, batch_cost_budget_usd: float | None = None,
+             kind: str = "run") -> Forked:
     """Fork ``parent_id`` as ``req`` says (``RunNotFound``, ``ForkConflict``, ``RequestError``)."""
     tenant = d.store.load(parent_id).tenant
     prepared = prepare(d.store, parent_id, run_id=fork_id(d, tenant, req.idempotency_key), start=req.from_,
@@ -55,14 +56,17 @@ def fork_run(d: Dispatcher, parent_id: str, req: ForkRequest, *, flags: dict[str
                        idempotency_key=req.idempotency_key, webhook=req.webhook)
     if req.dry_run:
         return Forked(prepared.plan, prepared.forked_from)
-    handle = create_fork_run(d, prepared, batch_id=batch_id)
+    handle = create_fork_run(d, prepared, batch_id=batch_id, batch_cost_budget_usd=batch_cost_budget_usd)
     if handle.created:
         d.redis.hincrby(d.keys.metrics("forks"), label_field([kind]), 1)
     return Forked(prepared.plan, prepared.forked_from, handle)
 
 
-def create_fork_run(d: Dispatcher, prepared: PreparedFork, *, batch_id: str | None = None) -> RunHandle:
+def create_fork_run(d: Dispatcher, prepared: PreparedFork, *, batch_id: str | None = None,
+                    batch_cost_budget_usd: float | None = None) -> RunHandle:
     """THE call that creates a fork's run: the admission path every new run takes
-    (``Dispatcher.submit``, as ``POST /v1/runs``), in its parent's tenant."""
+    (``Dispatcher.submit``, as ``POST /v1/runs``: validation, the tenant's quota and caps,
+    idempotency), in its parent's tenant. ``batch_id``: the batch the fork is a line of."""
     return d.submit(prepared.request, run_id=prepared.seed.run_id, tenant=prepared.parent.tenant,
-                    batch_id=batch_id, seed=prepared.seed, forked_from=prepared.forked_from)
+                    batch_id=batch_id, batch_cost_budget_usd=batch_cost_budget_usd,
+                    seed=prepared.seed, forked_from=prepared.forked_from)

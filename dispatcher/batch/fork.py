@@ -52,6 +52,7 @@ def fork_batch(d: Dispatcher, store: BatchStore, source: str, req: BatchForkRequ
     if not req.dry_run and store.exists(new_id):
         return BatchFork(new_id, len(chosen), len(kept), created=False)
     flags = tool_flags(d)
+    cap = store.cost_budget(source)
     plans: dict[str, Plan] = {}
     new_items: list[BatchItem] = []
     for it in chosen:
@@ -60,7 +61,7 @@ def fork_batch(d: Dispatcher, store: BatchStore, source: str, req: BatchForkRequ
         one = ForkRequest.model_validate({"from": start, "reuse": req.reuse, "edit": req.edit,
                                           "dry_run": req.dry_run, "idempotency_key": f"batchfork:{new_id}:{it.line}"})
         forked = fork_run(d, str(res["run_id"]), one, flags=flags, batch_id=None if req.dry_run else new_id,
-                          kind="batch_line")
+                          batch_cost_budget_usd=cap, kind="batch_line")
         plans[str(it.id)] = forked.plan
         if forked.handle is not None:
             request = forked_request(d, forked.handle.run_id, one.idempotency_key)
@@ -69,7 +70,7 @@ def fork_batch(d: Dispatcher, store: BatchStore, source: str, req: BatchForkRequ
         return BatchFork(None, len(chosen), len(kept), plans)
     kept_items = [it for it in items if it not in chosen]
     store.create(sorted(new_items + kept_items, key=lambda i: i.line), concurrency, store.token_budget(source),
-                 tenant=view["tenant"], cost_budget_usd=store.cost_budget(source), webhook=store.webhook(source),
+                 tenant=view["tenant"], cost_budget_usd=cap, webhook=store.webhook(source),
                  batch_id=new_id, forked_from=source, results=[{**r, "forked": False} for r in kept])
     return BatchFork(new_id, len(chosen), len(kept))
 

@@ -62,6 +62,8 @@ def prepare(store: RunStore, parent_id: str, *, run_id: str, start: FromSpec = "
     recorded = Recorded(policy=policy, calls=calls)
     plan = make_plan(turn, len(history_before(state, turn)), calls, policy)
     fields = dict(parent.request)
+    # A fork is nobody's DAG step (a DAG's fork links its own, dispatcher/dag_fork.py).
+    fields["metadata"] = {k: v for k, v in (fields.get("metadata") or {}).items() if k != "_dag"}
     fields.update(idempotency_key=idempotency_key, thread_id=None,
                   webhook=webhook.model_dump(mode="json") if webhook is not None else None)
     if edit is not None and edit.model is not None:
@@ -72,4 +74,5 @@ def prepare(store: RunStore, parent_id: str, *, run_id: str, start: FromSpec = "
     seed = seed_state(state, turn, run_id=run_id, recorded=recorded, edit=edit,
                       now=time.time() if now is None else now,
                       webhook_on_done=webhook is not None and webhook.wants("done"))
+    seed.metadata.pop("_dag", None)
     return PreparedFork(parent=parent, turn=turn, plan=plan, request=request, seed=seed)

@@ -43,7 +43,7 @@ def _done_calls(events: list[Any]) -> dict[str, dict[str, Any]]:
             if e.channel == "step" and e.data.get("type") == "iteration" and e.data.get("status") == "done"}
 
 
-def _failed_at_turn_3(llm: LLMFixture, d: Dispatcher, tag: str) -> tuple[str, str]:
+def _failed_at_turn_3(llm: LLMFixture, d: Dispatcher, tag: str, tenant: str = "default") -> tuple[str, str]:
     """A parent: turn 1 charges a card (not idempotent) and sleeps (idempotent), turn 2
     charges again, turn 3's LLM call fails (a 400 is not retried)."""
     q = llm.script(llm.unique("fork me"), [
@@ -52,7 +52,7 @@ def _failed_at_turn_3(llm: LLMFixture, d: Dispatcher, tag: str) -> tuple[str, st
         reply_tool_calls([("c3", "charge_card", {"tag": f"{tag}-c", "seconds": 0})]),
         reply_error(400, {"error": {"message": "provider outage", "type": "invalid_request_error"}}),
     ])
-    h = d.submit(RunRequest(query=q, completion_check=False))
+    h = d.submit(RunRequest(query=q, completion_check=False), tenant=tenant)
     assert h.result(timeout=60)["status"] == "failed"
     return q, h.run_id
 
@@ -293,3 +293,28 @@ def test_the_cli_forks_a_run_and_shows_its_plan(workers: Any, dispatcher: Dispat
     assert reactq("fork", parent, "--from", "9", env=env).returncode == 2
     refused = reactq("fork", fork, "--json", env=env)
     assert refused.returncode == 2 and "did not fail" in refused.stderr
+
+
+def test_another_tenants_run_is_not_found_and_a_fork_is_its_parents_tenant(
+        workers: Any, dispatcher: Dispatcher, llm: LLMFixture) -> None:
+    from fastapi.testclient import TestClient
+
+    from reactq.dispatcher.http.app import create_app
+
+    token = "fork-admin-token"
+    settings = dispatcher.settings.model_copy(update={"api_token": token})
+    tag = uuid.uuid4().hex[:8]
+    _, parent = _failed_at_turn_3(llm, dispatcher, tag, tenant="acme")
+    with TestClient(create_app(settings)) as c:
+        admin = {"Authorization": f"Bearer {token}"}
+        keys = {t: c.post("/v1/keys", json={"tenant": t, "scopes": ["runs:read", "runs:write"], "name": t},
+                          headers=admin).json()["key"] for t in ("acme", "beta")}
+        beta = {"Authorization": f"Bearer {keys['beta']}"}
+        refused = c.post(f"/v1/runs/{parent}/fork", json={"dry_run": True}, headers=beta)
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == "not_found"
+        got = c.post(f"/v1/runs/{parent}/fork", json={"from": "last_turn"}, headers=admin)
+        assert got.status_code == 202, got.text
+        fork = c.get(f"/v1/runs/{got.json()['run_id']}", headers={"Authorization": f"Bearer {keys['acme']}"})
+        assert fork.status_code == 200 and fork.json()["tenant"] == "acme"
+        assert c.get(f"/v1/runs/{got.json()['run_id']}", headers=beta).status_code == 404
+    dispatcher.handle(got.json()["run_id"]).result(timeout=60)
