@@ -135,7 +135,8 @@ def seed_state(parent: RunState, turn: int, *, run_id: str, recorded: Recorded, 
         "batch_cost_budget_usd": None, "webhook_on_done": webhook_on_done,
         "recorded": recorded.model_dump(mode="json"),
         "forked_from": {"run_id": parent.run_id, "turn": turn, "reuse": recorded.policy.reuse,
-                        "rebuild_system_prompt": edit.system_prompt is not None},
+                        "rebuild_system_prompt": edit.system_prompt is not None,
+                        "texts": [t for t in (edit.message, edit.system_prompt) if t]},
     })
     if edit.model is not None:
         state.model = edit.model
@@ -200,3 +201,9 @@ def resume(state: RunState, schemas: list[dict[str, Any]], *, now: float) -> Non
         state.messages[0] = ChatMessage(role="system", content=P.system_prompt(
             state.mode, schemas, now=now, extra=state.system_prompt))
     state.phase = "llm"
+
+
+def edited_texts(state: RunState) -> list[str]:
+    """The texts a fork's edits give the model (its ``RUN_START`` guardrails check them as
+    they check the query); none for a run that is not a fork."""
+    return list((state.forked_from or {}).get("texts") or [])

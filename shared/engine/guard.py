@@ -33,10 +33,10 @@ class Checked:
 
 
 def _context(state: RunState, point: HookPoint, *, answer: str | None = None,
-             output: Any = None) -> HookContext:
+             output: Any = None, query: str | None = None) -> HookContext:
     meta = {**state.metadata, "run_id": state.run_id}
     user = meta.get("user_id")
-    return HookContext(hook_point=point, metadata=meta, query=state.query, answer=answer,
+    return HookContext(hook_point=point, metadata=meta, query=state.query if query is None else query, answer=answer,
                        output=output, conversation_id=state.run_id,
                        user_id=user if isinstance(user, str) else None)
 
@@ -51,9 +51,10 @@ def _events(state: RunState, point: HookPoint, got: Guarded, now: float) -> list
     return events
 
 
-async def check_query(state: RunState, hooks: HookRegistry, *, now: float) -> Checked:
-    """``RUN_START``: the query's check, before the run's first LLM call."""
-    got = await hooks.run_guardrails(HookPoint.RUN_START, _context(state, HookPoint.RUN_START))
+async def check_query(state: RunState, hooks: HookRegistry, *, now: float, text: str | None = None) -> Checked:
+    """``RUN_START``: the query's check, before the run's first LLM call (``text``: another
+    text the submitter gives the model, checked as the query is: a fork's edits)."""
+    got = await hooks.run_guardrails(HookPoint.RUN_START, _context(state, HookPoint.RUN_START, query=text))
     return Checked(_events(state, HookPoint.RUN_START, got, now),
                    None if got.blocked is not None else state.query)
 

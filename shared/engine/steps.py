@@ -33,13 +33,11 @@ async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     events: list[Event] = []
     if state.forked_from is not None:
         await io.publish([loop.emit(state, "fork", **fork.fork_event_data(state))])
-    if deps.hooks.has(HookPoint.RUN_START):
-        checked = await guard.check_query(state, deps.hooks, now=deps.clock())
+    for text in [None, *fork.edited_texts(state)] if deps.hooks.has(HookPoint.RUN_START) else []:
+        checked = await guard.check_query(state, deps.hooks, now=deps.clock(), text=text)
         if checked.answer is None:  # blocked: the run ends before any LLM call
             return advanced(state, checked.events, SelectTools())
-        events = checked.events
-        await io.publish(events)  # before selection's call, as the decision came first
-        events = []
+        await io.publish(checked.events)  # before selection's call, as the decision came first
     state.answer_guarded = deps.hooks.has(HookPoint.ANSWER)
     if state.forked_from is not None:
         fork.resume(state, deps.schemas(state), now=deps.clock())
