@@ -3,8 +3,9 @@ straight in Redis, as ``POST /v1/runs/{id}/fork`` and its siblings make them.
 
 ``fork`` prints the plan (what each call the parent made from the fork's turn on does if the
 fork's model makes it again) and, unless ``--dry-run``, the fork's id: exit 0 once made.
-``batch fork`` makes the new batch and drives it here until it ends, as a gateway would (exit
-0 when every line succeeded, 1 otherwise, 130 on Ctrl-C: a gateway that starts resumes it);
+``batch fork`` makes the new batch and drives it here until it ends, as a gateway would, or
+waits for the process that drives it (exit 0 when every line succeeded, 1 otherwise, 130 on
+Ctrl-C: a gateway that starts resumes it);
 ``dag fork`` makes the new DAG (exit 0). An unknown id, a run or DAG that has not ended, a
 ``last_failure`` of a run that did not fail, a DAG without a failed step: exit 2 naming why.
 """
@@ -12,6 +13,7 @@ fork's model makes it again) and, unless ``--dry-run``, the fork's id: exit 0 on
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Optional
 
 import typer
@@ -130,23 +132,24 @@ def batch_fork(
 
 
 def _drive_here(d: Any, store: Any, batch_id: str) -> int:
-    """Drive the new batch in this process until it ends (unless a gateway already does)."""
+    """Drive the new batch in this process until it ends; while another process holds its
+    lease (a gateway, or a command that was killed: its lease runs out), wait for it."""
     from reactq.dispatcher.batch.store import drive_stored_batch, holder_name
 
     holder = holder_name()
-    if store.view(batch_id, with_results=False)["status"] == "running" and store.claim(batch_id, holder):
-        stop = threading.Event()
-        try:
-            drive_stored_batch(d, store, batch_id, holder, stop)
-        except KeyboardInterrupt:
-            stop.set()
-            store.release(batch_id)
-            err.print(f"interrupted: batch {batch_id} goes on when a gateway resumes it")
-            return EXIT_INTERRUPTED
+    stop = threading.Event()
+    try:
+        while store.view(batch_id, with_results=False)["status"] == "running":
+            if store.claim(batch_id, holder):
+                drive_stored_batch(d, store, batch_id, holder, stop)
+            else:
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        stop.set()
+        store.release(batch_id)
+        err.print(f"interrupted: batch {batch_id} goes on when a gateway resumes it")
+        return EXIT_INTERRUPTED
     view = store.view(batch_id, with_results=False)
-    if view["status"] == "running":
-        err.print(f"batch {batch_id} is driven by a gateway: 'reactq batch status {batch_id}'")
-        return EXIT_OK
     err.print(f"batch {batch_id}: {view['succeeded']}/{view['total']} succeeded")
     return EXIT_OK if view["succeeded"] == view["total"] else EXIT_FAILED
 

@@ -62,10 +62,16 @@ async def fork_a_batch(batch_id: BatchWrite, body: BatchForkRequest, gw: Gateway
                       plans=got.plans if body.dry_run else None)
     if got.batch_id is None:
         return JSONResponse(out.model_dump(mode="json"), status_code=200)
-    if got.created:
-        await asyncio.to_thread(gw.batches.claim, got.batch_id, gw.holder)
+    # A batch made by an earlier request whose gateway died before driving it is driven now
+    # (the lease says whether a live gateway drives it already).
+    if await asyncio.to_thread(_claim_running, gw.batches, got.batch_id, gw.holder):
         gw.start_batch(got.batch_id)
     return out
+
+
+def _claim_running(store: Any, batch_id: str, holder: str) -> bool:
+    view = store.view(batch_id, with_results=False)
+    return bool(view is not None and view["status"] == "running" and store.claim(batch_id, holder))
 
 
 
