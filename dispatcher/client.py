@@ -19,7 +19,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.errors import NoWorker, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
@@ -198,17 +198,21 @@ class Dispatcher:
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
-               batch_cost_budget_usd: float | None = None, caller: Caller | None = None) -> RunHandle:
+               batch_cost_budget_usd: float | None = None, caller: Caller | None = None,
+               seed: RunState | None = None, forked_from: dict[str, Any] | None = None) -> RunHandle:
         """Admit, store and enqueue a run of ``tenant`` (``Door.create_run``). An
         ``idempotency_key`` the tenant used before returns the existing run and enqueues
         nothing. ``batch_id`` files the run under its HTTP batch in the run index (``GET
         /v1/runs?batch_id=``), ``schedule_id`` under its schedule (with ``scheduled_for``, the
         tick, on a tick's run). ``batch_cost_budget_usd``: the batch's dollar cap, which every
         call of the run is held against (with ``batch_id``). ``caller``: the key that asks
-        (the gateway's), checked for the scopes the request needs."""
-        kind: OriginKind = "batch" if batch_id else "schedule" if schedule_id else "run"
+        (the gateway's), checked for the scopes the request needs. A fork
+        (``dispatcher/fork.py``) starts from ``seed``, its first state, and records ``forked_from``."""
+        kind: OriginKind = ("fork" if forked_from else "batch" if batch_id else "schedule" if schedule_id
+                            else "run")
         origin = Origin(kind, batch_id=batch_id, batch_cost_budget_usd=batch_cost_budget_usd,
-                        schedule_id=schedule_id, scheduled_for=scheduled_for)
+                        schedule_id=schedule_id, scheduled_for=scheduled_for, seed=seed,
+                        forked_from=forked_from)
         got = self.door.create_run(request, tenant=tenant, caller=caller, origin=origin, run_id=run_id)
         handle = RunHandle(self, got.run_id, created=got.created)
         handle.injected, handle.interrupt_id = got.injected, got.interrupt_id

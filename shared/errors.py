@@ -140,6 +140,11 @@ class ApprovalConflict(ReactqError):
         self.record = record
 
 
+class ForkConflict(ReactqError):
+    """A run (batch, DAG) cannot be forked as asked: it has not ended, or it did not fail
+    and the fork is from its last failure (HTTP 409)."""
+
+
 class NoWorker(ReactqError, TimeoutError):
     """A run is still queued and no worker answers: nothing will take it until one starts."""
 

@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail", "approval"]
+Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail", "approval",
+                  "fork"]
 CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done", "guardrail",
-                             "approval")
+                             "approval", "fork")
 TERMINAL_CHANNEL = "done"
 
 
@@ -37,6 +38,8 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
         "tool_name, tool_args, tool_call_id": "`iteration`: which tool is called with what, and the call's id",
         "observation, error, content_type": "`iteration done`: what the tool returned (cut to `REACTQ_TOOL_OBS_TRUNCATION`), or its error",
         "iter_elapsed": "`iteration done`: seconds the call took",
+        "reused": "`iteration done`: `true` when the call was answered from a recorded ledger "
+                  "(a fork's parent run) without executing the tool",
     }),
     "answer": ChannelDoc("The final answer, streamed.", {
         "status": "`start`, then `delta` events, then `done`",
@@ -83,6 +86,10 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
                                              "of its arguments as canonical JSON (a decision names it)",
         "reason, expires_at": "`requested`: why it waits, and when `on_timeout` applies",
         "decided_by, approved_args": "a decision: who decided (`timeout` for an expiry), an edit's arguments",
+    }),
+    "fork": ChannelDoc("The run is a fork of an earlier run: its first event (the parent's events are not copied).", {
+        "forked_from": "`{run_id, turn}`: the parent run, and the turn whose LLM call the fork starts with",
+        "reuse": "`effects`, `all` or `none`: which of the parent's recorded calls the fork reuses if made again",
     }),
 }
 

@@ -26,10 +26,13 @@ from reactq.dispatcher.api_client.models import (
     Approval,
     ApprovalList,
     Batch,
+    BatchFork,
     BatchList,
     Dag,
+    DagFork,
     DagList,
     Interrupt,
+    Fork,
     Run,
     RunList,
     Schedule,
@@ -160,6 +163,15 @@ class AsyncRuns(_Resource):
         return await self._c.call(routes.run_approvals(run_id))
 
 
+    async def fork(self, run_id: str, *, from_: str | int | None = None, edit: dict[str, Any] | None = None,
+             reuse: str | None = None, dry_run: bool = False, idempotency_key: str | None = None,
+             webhook: dict[str, Any] | None = None) -> Fork:
+        """Fork an ended run from ``from_`` (``last_failure``, ``last_turn`` or a turn number);
+        ``dry_run``: the plan only, nothing created."""
+        fields = dict(edit=edit, reuse=reuse, dry_run=dry_run or None, idempotency_key=idempotency_key,
+                      webhook=webhook)
+        return await self._c.call(routes.fork_run(run_id, from_, fields))
+
 class AsyncDags(_Resource):
     async def create(self, request: Body = None, /, **fields: Any) -> Dag:
         return await self._c.call(routes.create_dag(request, fields))
@@ -181,6 +193,10 @@ class AsyncDags(_Resource):
         return await self._c.call(routes.interrupt_dag(dag_id, content))
 
 
+    async def fork(self, dag_id: str) -> DagFork:
+        """A new DAG: succeeded steps kept, failed steps re-run as forks of their runs."""
+        return await self._c.call(routes.fork_dag(dag_id))
+
 class AsyncBatches(_Resource):
     async def create(self, requests: Sequence[Any], *, concurrency: int | None = None,
                      token_budget: int | None = None) -> Batch:
@@ -196,6 +212,12 @@ class AsyncBatches(_Resource):
     async def cancel(self, batch_id: str) -> Batch:
         return await self._c.call(routes.cancel_batch(batch_id))
 
+
+    async def fork(self, batch_id: str, *, status: builtins.list[str] | None = None, from_: str | int | None = None,
+             reuse: str | None = None, edit: dict[str, Any] | None = None, dry_run: bool = False) -> BatchFork:
+        """A new batch: lines of ``status`` (default failed) forked from their runs, the others kept."""
+        fields = dict(status=status, reuse=reuse, edit=edit, dry_run=dry_run or None)
+        return await self._c.call(routes.fork_batch(batch_id, from_, fields))
 
 class AsyncThreads(_Resource):
     async def get(self, thread_id: str, *, tenant: str | None = None) -> Thread:

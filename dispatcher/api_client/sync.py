@@ -27,10 +27,13 @@ from reactq.dispatcher.api_client.models import (
     Approval,
     ApprovalList,
     Batch,
+    BatchFork,
     BatchList,
     Dag,
+    DagFork,
     DagList,
     Interrupt,
+    Fork,
     Run,
     RunList,
     Schedule,
@@ -162,6 +165,15 @@ class Runs(_Resource):
         return self._c.call(routes.run_approvals(run_id))
 
 
+    def fork(self, run_id: str, *, from_: str | int | None = None, edit: dict[str, Any] | None = None,
+             reuse: str | None = None, dry_run: bool = False, idempotency_key: str | None = None,
+             webhook: dict[str, Any] | None = None) -> Fork:
+        """Fork an ended run from ``from_`` (``last_failure``, ``last_turn`` or a turn number);
+        ``dry_run``: the plan only, nothing created."""
+        fields = dict(edit=edit, reuse=reuse, dry_run=dry_run or None, idempotency_key=idempotency_key,
+                      webhook=webhook)
+        return self._c.call(routes.fork_run(run_id, from_, fields))
+
 class Dags(_Resource):
     def create(self, request: Body = None, /, **fields: Any) -> Dag:
         return self._c.call(routes.create_dag(request, fields))
@@ -182,6 +194,10 @@ class Dags(_Resource):
         return self._c.call(routes.interrupt_dag(dag_id, content))
 
 
+    def fork(self, dag_id: str) -> DagFork:
+        """A new DAG: succeeded steps kept, failed steps re-run as forks of their runs."""
+        return self._c.call(routes.fork_dag(dag_id))
+
 class Batches(_Resource):
     def create(self, requests: Sequence[Any], *, concurrency: int | None = None,
                token_budget: int | None = None) -> Batch:
@@ -197,6 +213,12 @@ class Batches(_Resource):
     def cancel(self, batch_id: str) -> Batch:
         return self._c.call(routes.cancel_batch(batch_id))
 
+
+    def fork(self, batch_id: str, *, status: builtins.list[str] | None = None, from_: str | int | None = None,
+             reuse: str | None = None, edit: dict[str, Any] | None = None, dry_run: bool = False) -> BatchFork:
+        """A new batch: lines of ``status`` (default failed) forked from their runs, the others kept."""
+        fields = dict(status=status, reuse=reuse, edit=edit, dry_run=dry_run or None)
+        return self._c.call(routes.fork_batch(batch_id, from_, fields))
 
 class Threads(_Resource):
     def get(self, thread_id: str, *, tenant: str | None = None) -> Thread:

@@ -45,6 +45,9 @@ class StepData(Payload):
     """iteration/done: the tool's error, if it failed."""
     iter_elapsed: float | None = None
     """iteration/done: seconds the call took."""
+    reused: bool | None = None
+    """iteration/done: true when the call was answered from a recorded ledger (a fork's
+    parent run) and the tool was not executed."""
     step_id: str | None = None
     """DAG: the plan step."""
     run_id: str | None = None
@@ -209,6 +212,22 @@ class ApprovalData(Payload):
     """edited: the arguments the call runs with."""
 
 
+class ForkData(Payload):
+    """A fork's first event: which run it was forked from."""
+
+    forked_from: dict[str, Any]
+    """``{run_id, turn}``: the parent run and the turn the fork starts with."""
+    reuse: str
+    """``effects``, ``all`` or ``none``: what happens to the parent's recorded calls made again."""
+
+
+class ForkEvent(_Frame):
+    """``event: fork``."""
+
+    event: Literal["fork"] = "fork"
+    data: ForkData
+
+
 class ApprovalEvent(_Frame):
     """``event: approval``."""
 
@@ -224,7 +243,7 @@ class DoneEvent(_Frame):
 
 
 Event = Annotated[StepEvent | StepProgressEvent | AnswerEvent | CompactEvent | PhaseEvent | InjectEvent
-                  | ErrorEvent | WarningEvent | ApprovalEvent | DoneEvent, Field(discriminator="event")]
+                  | ErrorEvent | WarningEvent | ApprovalEvent | ForkEvent | DoneEvent, Field(discriminator="event")]
 """One SSE frame, told apart by its channel (``event``)."""
 
 EventAdapter: TypeAdapter[Any] = TypeAdapter(Event)

@@ -46,6 +46,8 @@ def done_data(iteration: int, call: ToolCallRequest, out: ToolOutcome, tools_sta
         extra["artifacts"] = [a.model_dump() for a in out.artifacts]
     if out.uncertain:
         extra["uncertain"] = True
+    if out.reused:
+        extra["reused"] = True  # answered from a recorded ledger: the tool was not executed
     if out.blocked:
         extra["blocked"] = True  # a hook refused the call (the viewer shows it as such)
     extra.update({k: v for k in ("approval", "approved_args") if (v := getattr(out, k)) is not None})

@@ -76,9 +76,15 @@ async def check_texts(hooks: HookRegistry, texts: list[tuple[str, str]],
     return outcomes, None
 
 
-async def check_query(state: RunState, hooks: HookRegistry, *, now: float) -> Checked:
+async def check_query(state: RunState, hooks: HookRegistry, *, now: float, text: str | None = None) -> Checked:
     """``RUN_START``: the query's check and the system prompt's, before the run's first LLM
-    call."""
+    call (``text``: another text the submitter gives the model, checked as the query is: a
+    fork's edits)."""
+    if text is not None:
+        got = await hooks.run_guardrails(HookPoint.RUN_START,
+                                         _context(state, HookPoint.RUN_START, query=text, field="edit"))
+        return Checked(_events(state, HookPoint.RUN_START, got, now),
+                       None if got.blocked is not None else state.query)
     got = await hooks.run_guardrails(HookPoint.RUN_START, _context(state, HookPoint.RUN_START))
     if got.blocked is None and state.system_prompt:
         ctx = _context(state, HookPoint.RUN_START, query=state.system_prompt, field="system_prompt")

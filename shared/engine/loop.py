@@ -16,7 +16,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
-from reactq.shared.engine import action_schema
+from reactq.shared.engine import action_schema, recorded
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
@@ -247,7 +247,11 @@ def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now
     included: they are answered with an error in ``on_tool_results``), except for the calls
     that may wait for a person (``held``): theirs comes once they run (``callevents``)."""
     state.pending_calls, state.refused_calls = turncap.split(calls, cap or len(calls))
-    state.held_calls = [c.id for c in state.pending_calls if held is not None and held(c)]
+    recorded.match_turn(state)
+    # A call the recorded ledger holds for a person (it may have run) waits like any other.
+    waits = {cid for cid, view in recorded.turn_view(state).items() if view.get("action") == "wait"}
+    state.held_calls = [c.id for c in state.pending_calls
+                        if c.id in waits or (held is not None and held(c))]
     state.pending_reasoning = reasoning
     state.tools_started_at = now
     state.phase = "tools"

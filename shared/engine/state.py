@@ -63,6 +63,8 @@ class ToolOutcome(BaseModel):
     announced: bool = False
     """Its ``iteration done`` is already on the stream (a turn where a call may wait publishes
     each call's as it completes); the fan-in does not publish it again."""
+    reused: bool = False
+    """Answered from a recorded ledger (``engine/recorded.py``): the tool was not executed."""
 
 
 class Interrupt(BaseModel):
@@ -161,6 +163,11 @@ class RunState(BaseModel):
     answer step only has the ANSWER guardrails check it before it is published."""
     webhook_on_done: bool = False
     """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
+    forked_from: dict[str, Any] | None = None
+    """``{run_id, turn, reuse}`` of the run this one was forked from (``engine/fork.py``)."""
+    recorded: dict[str, Any] | None = None
+    """Recorded calls that may answer this run's calls (``engine/recorded.py``: ``Recorded``
+    as JSON): another run's ledger from one of its turns on, the policy, the matches made."""
 
 
 _ADAPTER = TypeAdapter(RunState)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 
-from reactq.shared.engine import answers, billing, ending, guard, loop
+from reactq.shared.engine import answers, billing, ending, fork, guard, loop, recorded
+from reactq.shared.engine.callevents import done_data
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
@@ -27,16 +28,20 @@ from reactq.shared.llm.base import ability, answer_synthesis, max_tool_turns
 
 async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """``SelectTools``: the ``RUN_START`` guardrails (when registered), tool selection when
-    there are many tools, then the first messages."""
+    there are many tools, then the first messages. A fork (``engine/fork.py``) says so first,
+    and keeps its parent's tools and history."""
     events: list[Event] = []
-    if deps.hooks.has(HookPoint.RUN_START):
-        checked = await guard.check_query(state, deps.hooks, now=deps.clock())
+    if state.forked_from is not None:
+        await io.publish([loop.emit(state, "fork", **fork.fork_event_data(state))])
+    for text in [None, *fork.edited_texts(state)] if deps.hooks.has(HookPoint.RUN_START) else []:
+        checked = await guard.check_query(state, deps.hooks, now=deps.clock(), text=text)
         if checked.answer is None:  # blocked: the run ends before any LLM call
             return advanced(state, checked.events, SelectTools())
-        events = checked.events
-        await io.publish(events)  # before selection's call, as the decision came first
-        events = []
+        await io.publish(checked.events)  # before selection's call, as the decision came first
     state.answer_guarded = deps.hooks.has(HookPoint.ANSWER)
+    if state.forked_from is not None:
+        fork.resume(state, deps.schemas(state), now=deps.clock())
+        return advanced(state, events, SelectTools())
     selected: list[str] | None = None
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])
@@ -83,8 +88,16 @@ async def run_tool(state: RunState, deps: EngineDeps, call_id: str, io: StepIO, 
     may wait for a person, ``waiting.run_held`` runs each call (a call that must wait asks
     ``deps.approver`` first; the Celery shell: ``workers/runs/approvals.py``)."""
     call = next(c for c in state.pending_calls if c.id == call_id)
+    view = recorded.turn_view(state).get(call_id, {})
+    answered = recorded.carried_out(view, call, now=deps.clock(), worker=worker)
+    if answered is not None:  # reused from, or refused by, a recorded ledger: nothing runs
+        if state.held_calls:  # its done goes out now, as every call's of such a turn
+            await io.publish([loop.emit(state, "step", **done_data(state.iteration, call, answered,
+                                                              state.tools_started_at, deps.clock()))])
+            answered.announced = True
+        return answered
     if state.held_calls:
-        return await run_held(state, deps, call, io, worker=worker)
+        return await run_held(state, deps, call, io, worker=worker, reason=view.get("reason"))
     return await execute_call(call, registry=deps.run_registry(state), hooks=deps.hooks, run_id=state.run_id,
                               metadata=state.metadata, clock=deps.clock, worker=worker)
 

@@ -32,13 +32,17 @@ def may_wait(state: RunState, deps: EngineDeps, call: ToolCallRequest) -> bool:
 
 
 async def run_held(state: RunState, deps: EngineDeps, call: ToolCallRequest, io: StepIO, *,
-                   worker: str | None = None) -> ToolOutcome:
+                   worker: str | None = None, reason: str | None = None) -> ToolOutcome:
     """A call of a turn with held calls: run it (after a person's decision when it must wait)
-    and publish its ``iteration done`` as soon as it is known."""
+    and publish its ``iteration done`` as soon as it is known. ``reason``: a wait the recorded
+    ledger asks for (the call may have run in the run it was recorded in), on the operator's
+    terms as a wait the tool demands."""
     registry = deps.run_registry(state)
     tool = registry.get(call.name) if call.name in registry else None
-    reason = A.wait_reason(call.name, bool(tool and tool.requires_approval), state.approval)
-    added_by_run = reason is not None
+    added_by_run = False
+    if reason is None:
+        reason = A.wait_reason(call.name, bool(tool and tool.requires_approval), state.approval)
+        added_by_run = reason is not None
     if reason is None:
         async def started() -> None:
             if call.id in state.held_calls:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
-from reactq.shared.engine.state import TERMINAL_STATUSES
+from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
@@ -57,6 +57,10 @@ class Origin:
     """A schedule's tick or trigger: indexed under it (``GET /v1/runs?schedule_id=``)."""
     scheduled_for: str | None = None
     """A tick's run: the nominal tick (ISO-8601 UTC)."""
+    seed: RunState | None = None
+    """A fork's first state: its parent's history before the fork point (``shared/fork``)."""
+    forked_from: dict[str, Any] | None = None
+    """A fork's ``{run_id, turn}``, kept on its record."""
 
 
 PLAIN = Origin()
@@ -143,7 +147,8 @@ class Door:
         stored, created = self.store.create(rid, req.model_dump(mode="json"), idempotency_key=req.idempotency_key,
                                             batch_id=origin.batch_id, schedule_id=origin.schedule_id,
                                             scheduled_for=origin.scheduled_for, tenant=tenant,
-                                            batch_cost_budget_usd=origin.batch_cost_budget_usd)
+                                            batch_cost_budget_usd=origin.batch_cost_budget_usd,
+                                            seed=origin.seed, forked_from=origin.forked_from)
         if created:
             self.start_run(stored, req.priority)
         return Created(stored, created)

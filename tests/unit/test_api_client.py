@@ -75,3 +75,18 @@ def test_only_calls_safe_to_repeat_are_retried():
 
 def test_ids_cannot_change_the_route():
     assert routes.get_run("../keys").path == "/v1/runs/..%2Fkeys"
+
+
+def test_the_fork_calls_name_their_routes_and_send_from() -> None:
+    from reactq.dispatcher.api_client import routes
+
+    call = routes.fork_run("r1", 2, {"reuse": "all", "dry_run": None, "edit": None})
+    assert (call.method, call.path) == ("POST", "/v1/runs/r1/fork")
+    assert call.json is not None and call.json["from"] == 2 and call.json["reuse"] == "all"
+    assert call.json["idempotency_key"], "a fork is retried with one key: the same fork"
+    dry = routes.fork_run("r1", None, {"dry_run": True})
+    assert dry.json == {"dry_run": True}
+    batch = routes.fork_batch("b1", "last_turn", {"status": ["failed", "cancelled"], "dry_run": None})
+    assert batch.path == "/v1/batches/b1/fork" and batch.json == {"status": ["failed", "cancelled"],
+                                                                  "from": "last_turn"}
+    assert routes.fork_dag("d1").path == "/v1/dags/d1/fork"

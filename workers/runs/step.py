@@ -21,7 +21,9 @@ from reactq.shared.engine.state import RunState
 from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
+from reactq.shared.engine.recorded import ReplayPolicy
 from reactq.shared.inprocess import new_state
+from reactq.shared.stores.recorded import load_recorded
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.roundtrip import take
 from reactq.shared.stores.run_hash import RunRecord
@@ -84,11 +86,18 @@ def start(rt: Runtime, rec: RunRecord, send: Send, task: str) -> Step:
 
 
 def initial_state(rt: Runtime, rec: RunRecord) -> RunState:
-    """The state of a run before its first step, from its request."""
-    request = RunRequest.model_validate(rec.request)
-    deps = rt.deps_for(None, request.model)
-    state = new_state(request, deps, run_id=rec.run_id)
+    """The state of a run before its first step, from its request (a fork: its seed, the
+    parent's history prepared when the fork was made)."""
+    if rec.seed is not None:
+        state = rec.seed.model_copy(update={"run_id": rec.run_id, "tenant": rec.tenant})
+    else:
+        request = RunRequest.model_validate(rec.request)
+        state = new_state(request, rt.deps_for(None, request.model), run_id=rec.run_id)
     state.tenant = rec.tenant
+    if rec.replay is not None:  # another run's recorded calls may answer this run's calls
+        policy = ReplayPolicy.model_validate(rec.replay)
+        flags = {t.name: t.idempotent for t in rt.tools}
+        state.recorded = load_recorded(rt.store, policy, flags).model_dump(mode="json")
     if rec.batch_cost_budget_usd is not None:
         state.batch_id, state.batch_cost_budget_usd = rec.batch_id, rec.batch_cost_budget_usd
     return state
