@@ -291,7 +291,7 @@ def test_an_approval_that_approves_on_timeout_needs_the_approvals_write_scope(do
             made = admin.post("/v1/keys", json={"tenant": "acme", "scopes": scopes, "name": "door"}).json()
             return httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {made['key']}"}, timeout=30)
 
-        writer = key(["runs:read", "runs:write", "schedules:write"])
+        writer = key(["runs:read", "runs:write", "schedules:write", "batches:write"])
         body = {"query": llm.script(llm.unique("door: approve on timeout"), [reply_text("ok")]),
                 "approval": {"tools": "all", "on_timeout": "approve"}}
         refused = writer.post("/v1/runs", json=body)
@@ -299,6 +299,8 @@ def test_an_approval_that_approves_on_timeout_needs_the_approvals_write_scope(do
         assert refused.json()["error"]["code"] == "forbidden" and "approvals:write" in refused.text
         schedule = writer.post("/v1/schedules", json={"interval_s": 60, "paused": True, "run": body})
         assert schedule.status_code == 403 and "approvals:write" in schedule.text
+        batch = writer.post("/v1/batches", json={"requests": [body]})
+        assert batch.status_code == 403 and "approvals:write" in batch.text
         assert writer.post("/v1/runs", json={**body, "approval": {"tools": "all"}}).status_code == 202
         approver = key(["runs:read", "runs:write", "approvals:write"])
         assert approver.post("/v1/runs", json=body).status_code == 202
