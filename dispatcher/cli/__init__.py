@@ -5,6 +5,7 @@
 ``listing``        ``runs`` (the run index: filters, pages, ``--json``)
 ``batches``        ``batch FILE`` (a JSONL file, driven here), ``batch status|cancel
                    BATCH_ID`` (an HTTP batch, driven by a gateway)
+``evals``          ``eval DATASET`` (cases run and scored here), ``eval show|compare``
 ``dags``           ``dag PLAN.json | --goal TEXT``; ``dag_ids``: ``dag status|watch|cancel``
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
 ``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
@@ -52,12 +53,15 @@ app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs
 VERBS: dict[str, dict[str | None, str]] = {
     "dag": {None: "dags:dag", "status": "dag_ids:status", "watch": "dag_ids:watch", "cancel": "dag_ids:cancel"},
     "batch": {None: "batches:batch", "status": "batches:status", "cancel": "batches:cancel"},
+    "eval": {None: "evals:run_eval", "show": "evals:show", "compare": "evals:compare"},
 }
 _VERB_HELP = {
     "dag": "Run a DAG ('reactq dag PLAN.json' or 'reactq dag --goal TEXT'), or act on one: "
            "'reactq dag status|watch|cancel DAG_ID'.",
     "batch": "Run a JSONL file of runs here ('reactq batch FILE -o OUT'), or act on an HTTP batch: "
              "'reactq batch status|cancel BATCH_ID'.",
+    "eval": "Run a dataset of cases and score every run ('reactq eval DATASET.jsonl'), or read evals: "
+            "'reactq eval show ID', 'reactq eval compare A B'.",
 }
 
 
