@@ -37,6 +37,8 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
         "tool_name, tool_args, tool_call_id": "`iteration`: which tool is called with what, and the call's id",
         "observation, error, content_type": "`iteration done`: what the tool returned (cut to `REACTQ_TOOL_OBS_TRUNCATION`), or its error",
         "iter_elapsed": "`iteration done`: seconds the call took",
+        "reused": "`iteration done`: `true` when the call was answered from a recorded ledger "
+                  "(a fork's parent run) without executing the tool",
     }),
     "answer": ChannelDoc("The final answer, streamed.", {
         "status": "`start`, then `delta` events, then `done`",

@@ -18,6 +18,7 @@ from reactq.shared.engine import ending, loop, steps
 from reactq.shared.engine.next import (
     Advance, Answer, CallLLM, Done, RunTools, SelectTools, advanced, next_step,
 )
+from reactq.shared.engine.recorded import Recorded
 from reactq.shared.engine.state import Interrupt, RunState
 from reactq.shared.engine.deps import Approver, EngineDeps, StepIO
 from reactq.shared.errors import StateConflict
@@ -120,13 +121,21 @@ async def run_local(
     cancel: asyncio.Event | None = None,
     run_id: str | None = None,
     approver: Approver | None = None,
+    recorded: Recorded | None = None,
+    state: RunState | None = None,
 ) -> RunState:
     """Run to the end in this process; returns the final state (``status`` is terminal).
-    ``approver`` decides calls that wait for a person (``reactq.shared.engine.waiting``)."""
+    ``approver`` decides calls that wait for a person (``reactq.shared.engine.waiting``);
+    ``recorded``: another run's recorded calls, which may answer this run's calls
+    (``reactq.shared.engine.recorded``). ``state``: a run prepared already (a fork's: its
+    parent's history), instead of the one ``request`` makes."""
     req = RunRequest(query=request) if isinstance(request, str) else request
     if approver is not None:
         deps = replace(deps, approver=approver)
-    state = new_state(req, deps, run_id=run_id)
+    if state is None:
+        state = new_state(req, deps, run_id=run_id)
+    if recorded is not None:
+        state.recorded = recorded.model_dump(mode="json")
     io = _IO(sink or ListSink(), interrupts)
     nxt = next_step(state)
     while not isinstance(nxt, Done):

@@ -57,6 +57,9 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
            _TOOL_BUCKETS),
     Family("tool_errors", "counter", "Tool calls that failed, were blocked or are uncertain.",
            ("tool", "kind")),
+    Family("tool_calls_reused", "counter",
+           "Tool calls answered from a recorded ledger (a fork's parent) without executing the tool.",
+           ("tool",)),
     # flow control (reactq.shared.flow)
     Family("flow_wait_seconds", "histogram", "Waits for a model's capacity, by priority.",
            ("model", "priority"), _TURN_BUCKETS),

@@ -146,6 +146,9 @@ class Recorder:
 def tool_ops(rec: Recorder, outcome: ToolOutcome) -> list[Op]:
     """A tool call's metrics, for the round trip that records its outcome."""
     b = rec.batch()
+    if outcome.reused:  # answered from a recorded ledger: no execution to time
+        b.inc("tool_calls_reused", [outcome.tool_name])
+        return b.ops
     if outcome.ended_at and outcome.started_at:
         b.observe("tool_call_seconds", [outcome.tool_name], outcome.ended_at - outcome.started_at)
     kind = ("blocked" if outcome.blocked else "uncertain" if outcome.uncertain

@@ -45,6 +45,9 @@ class StepData(Payload):
     """iteration/done: the tool's error, if it failed."""
     iter_elapsed: float | None = None
     """iteration/done: seconds the call took."""
+    reused: bool | None = None
+    """iteration/done: true when the call was answered from a recorded ledger (a fork's
+    parent run) and the tool was not executed."""
     step_id: str | None = None
     """DAG: the plan step."""
     run_id: str | None = None

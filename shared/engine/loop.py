@@ -15,7 +15,7 @@ from __future__ import annotations
 import operator
 from typing import Any
 
-from reactq.shared.engine import action_schema
+from reactq.shared.engine import action_schema, recorded
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
@@ -240,6 +240,7 @@ def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now
     """One start event per call, in call order, before any runs (calls past ``cap``
     included: they are answered with an error in ``on_tool_results``)."""
     state.pending_calls, state.refused_calls = turncap.split(calls, cap or len(calls))
+    recorded.match_turn(state)
     state.pending_reasoning = reasoning
     state.tools_started_at = now
     state.phase = "tools"
@@ -369,6 +370,8 @@ def _iteration_done(state: RunState, call: ToolCallRequest, out: ToolOutcome, no
         extra["artifacts"] = [a.model_dump() for a in out.artifacts]
     if out.uncertain:
         extra["uncertain"] = True
+    if out.reused:
+        extra["reused"] = True  # answered from a recorded ledger: the tool was not executed
     if out.blocked:
         extra["blocked"] = True  # a hook refused the call (the viewer shows it as such)
     extra.update({k: v for k in ("approval", "approved_args") if (v := getattr(out, k)) is not None})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from reactq.shared.engine.recorded import turn_view
 from reactq.shared.engine.state import RunState
 
 #: ``elapsed`` is in seconds with two decimals, like ``iter_elapsed``.
@@ -86,4 +87,7 @@ def turn_summary(state: RunState) -> dict[str, Any]:
     }
     if state.approval is not None:
         turn["approval"] = state.approval
+    if state.recorded is not None:
+        if view := turn_view(state):
+            turn["recorded"] = view
     return turn

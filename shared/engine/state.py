@@ -60,6 +60,8 @@ class ToolOutcome(BaseModel):
     """The arguments a person approved in place of the model's (an edit)."""
     ask: str | None = None
     """Set by a PreToolUse hook's ``ask``: the call was not run, it waits for a person."""
+    reused: bool = False
+    """Answered from a recorded ledger (``engine/recorded.py``): the tool was not executed."""
 
 
 class Interrupt(BaseModel):
@@ -152,6 +154,9 @@ class RunState(BaseModel):
     """An ANSWER guardrail checks the answer: no unchecked text ends up in ``done``."""
     webhook_on_done: bool = False
     """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
+    recorded: dict[str, Any] | None = None
+    """Recorded calls that may answer this run's calls (``engine/recorded.py``: ``Recorded``
+    as JSON): another run's ledger from one of its turns on, the policy, the matches made."""
 
 
 _ADAPTER = TypeAdapter(RunState)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 
-from reactq.shared.engine import answers, billing, ending, guard, loop
+from reactq.shared.engine import answers, billing, ending, guard, loop, recorded
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
@@ -82,9 +82,13 @@ async def run_tool(state: RunState, deps: EngineDeps, call_id: str, io: StepIO, 
     """Execute one pending call of the current turn in this process; a call that must wait
     for a person asks ``deps.approver`` first (the Celery shell: ``workers/runs/approvals.py``)."""
     call = next(c for c in state.pending_calls if c.id == call_id)
+    view = recorded.turn_view(state).get(call_id, {})
+    answered = recorded.carried_out(view, call, now=deps.clock(), worker=worker)
+    if answered is not None:  # reused from, or refused by, a recorded ledger: nothing runs
+        return answered
     registry = deps.run_registry(state)
     flag = call.name in registry and registry.get(call.name).requires_approval
-    reason = wait_reason(call.name, flag, state.approval)
+    reason = view.get("reason") or wait_reason(call.name, flag, state.approval)
     if reason is None:
         out = await execute_call(call, registry=registry, hooks=deps.hooks, run_id=state.run_id,
                                  metadata=state.metadata, clock=deps.clock, worker=worker)

@@ -80,6 +80,9 @@ class RunRecord:
     """The batch the run is a line of."""
     batch_cost_budget_usd: float | None = None
     """That batch's ``cost_budget_usd`` (every call of the run is held against it)."""
+    replay: dict[str, Any] | None = None
+    """A ``ReplayPolicy`` (as JSON): recorded calls of another run that may answer this run's
+    calls (``engine/recorded.py``), read when the run takes its first step."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,7 @@ def record_of(run_id: str, f: dict[str, Any]) -> RunRecord:
         waiting=int(f.get("waiting", 0) or 0), waiting_seen="waiting" in f,
         batch_id=text(f["batch_id"]) if f.get("batch_id") else None,
         batch_cost_budget_usd=float(f["batch_cost_budget_usd"]) if f.get("batch_cost_budget_usd") else None,
+        replay=json.loads(f["replay"]) if f.get("replay") else None,
     )
 
 

@@ -68,7 +68,8 @@ class RunStore:
     def create(self, run_id: str, request: dict[str, Any], *, idempotency_key: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
-               batch_cost_budget_usd: float | None = None) -> tuple[str, bool]:
+               batch_cost_budget_usd: float | None = None,
+               replay: dict[str, Any] | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
@@ -84,7 +85,8 @@ class RunStore:
         nominal tick, ISO-8601 UTC) and is filed under ``runs:schedule:{name}`` (its
         tenant's name for it, ``tenancy.owned_name``). A line of a batch with a dollar cap
         records it (``batch_cost_budget_usd``): the workers hold each of its calls against
-        the batch's spend (``batch:{id}:spend``).
+        the batch's spend (``batch:{id}:spend``). ``replay`` (a ``ReplayPolicy`` as JSON):
+        recorded calls of another run answer this run's calls (``engine/recorded.py``).
         """
         now = time.time()
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
@@ -101,6 +103,8 @@ class RunStore:
             fields["schedule_id"] = schedule_id
         if scheduled_for:
             fields["scheduled_for"] = scheduled_for
+        if replay:
+            fields["replay"] = dumps(replay)
         deadline = deadline_ms(self.due_seconds)
         if idempotency_key is None:
             pipe = self.r.pipeline(transaction=False)  # one round trip on one server

@@ -16,7 +16,7 @@ from typing import Any
 
 from reactq.shared import otel
 from reactq.shared.engine import approval as A
-from reactq.shared.engine import prompts
+from reactq.shared.engine import prompts, recorded
 from reactq.shared.engine.state import ToolOutcome
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.errors import ApprovalConflict, RunNotFound
@@ -47,11 +47,16 @@ def run_call(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, An
              record: dict[str, Any] | None, token: str, calls: int) -> ToolOutcome | None:
     """Run a claimed call (``record``: its ledger record before this task, None when fresh),
     unless it must wait for a person: then request the approval and return ``WAITS``."""
+    view = (turn.get("recorded") or {}).get(call.id, {})
+    answered = recorded.carried_out(view, call, now=time.time(), worker=rt.worker_name)
+    if answered is not None:  # reused from, or refused by, a recorded ledger: nothing runs
+        return answered
     registry = rt.tools.filtered(turn["tool_names"])
     approved = approved_of(record)
     tool = registry.get(call.name) if call.name in registry else None
     if approved is None:
-        reason = A.wait_reason(call.name, bool(tool and tool.requires_approval), turn.get("approval"))
+        reason = view.get("reason") or A.wait_reason(call.name, bool(tool and tool.requires_approval),
+                                                     turn.get("approval"))
         if reason is not None:
             # Such a call never runs unapproved: a claim left by a delivery that died ran
             # nothing, and this task takes it over ("" = any claim without an approval).

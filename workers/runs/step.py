@@ -21,7 +21,9 @@ from reactq.shared.engine.state import RunState
 from reactq.shared.engine.deps import EngineDeps
 from reactq.shared.errors import RateLimited
 from reactq.shared.events import Event
+from reactq.shared.engine.recorded import ReplayPolicy
 from reactq.shared.inprocess import new_state
+from reactq.shared.stores.recorded import load_recorded
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.roundtrip import take
 from reactq.shared.stores.run_hash import RunRecord
@@ -89,6 +91,10 @@ def initial_state(rt: Runtime, rec: RunRecord) -> RunState:
     deps = rt.deps_for(None, request.model)
     state = new_state(request, deps, run_id=rec.run_id)
     state.tenant = rec.tenant
+    if rec.replay is not None:  # another run's recorded calls may answer this run's calls
+        policy = ReplayPolicy.model_validate(rec.replay)
+        flags = {t.name: t.idempotent for t in rt.tools}
+        state.recorded = load_recorded(rt.store, policy, flags).model_dump(mode="json")
     if rec.batch_cost_budget_usd is not None:
         state.batch_id, state.batch_cost_budget_usd = rec.batch_id, rec.batch_cost_budget_usd
     return state
