@@ -235,13 +235,14 @@ class Dispatcher:
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
-               batch_cost_budget_usd: float | None = None) -> RunHandle:
+               batch_cost_budget_usd: float | None = None, replay: dict[str, Any] | None = None) -> RunHandle:
         """Validate, store and enqueue a run of ``tenant``. An ``idempotency_key`` the
         tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
         the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``),
         ``schedule_id`` under its schedule (with ``scheduled_for``, the tick, on a tick's run).
         ``batch_cost_budget_usd``: the batch's dollar cap, which every call of the run is held
-        against (with ``batch_id``)."""
+        against (with ``batch_id``). ``replay``: a ``ReplayPolicy`` (as JSON) whose recorded
+        calls answer the run's calls (an eval's replay, ``reactq.shared.engine.recorded``)."""
         req = self.validate(request)
         self.check_tenant_cap(req.model, tenant)
         if req.thread_id is not None:
@@ -256,7 +257,8 @@ class Dispatcher:
         rid, created = self.store.create(run_id, req.model_dump(mode="json"),
                                          idempotency_key=req.idempotency_key, batch_id=batch_id,
                                          schedule_id=schedule_id, scheduled_for=scheduled_for,
-                                         tenant=tenant, batch_cost_budget_usd=batch_cost_budget_usd)
+                                         tenant=tenant, batch_cost_budget_usd=batch_cost_budget_usd,
+                                         replay=replay)
         if created:
             self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
         return RunHandle(self, rid, created=created)

@@ -97,7 +97,9 @@ def _run(dataset: Path, spec: Any) -> tuple[dict[str, Any], list[dict[str, Any]]
         check(d, spec, evals, tenant=DEFAULT_TENANT, admin=True)
         with dataset.open(encoding="utf-8-sig") as fh:
             prepared = prepare(d, parse_lines(fh), spec)
-    except (RequestError, ConfigError) as exc:
+    except RequestError as exc:
+        fail(f"{exc.field}: {exc}" if exc.field else str(exc))
+    except ConfigError as exc:
         fail(str(exc))
     except UnicodeDecodeError as exc:
         fail(f"{dataset}: not UTF-8 text ({exc.reason})")

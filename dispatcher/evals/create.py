@@ -77,8 +77,12 @@ def check(d: Any, spec: EvalOptions, evals: EvalStore, *, tenant: str, admin: bo
     if spec.judge_model is not None:
         if JUDGE not in spec.evaluators:
             raise RequestError("judge_model is only used with the 'judge' evaluator", field="judge_model")
-        if spec.judge_model not in models:
-            raise RequestError(f"unknown model {spec.judge_model!r}; known: {models[:20]}", field="judge_model")
+        from reactq.shared.llm.registry import load_registry
+
+        # The judge is asked from where the eval is scored (this process): its registry decides.
+        local = load_registry(d.settings).list_models()
+        if spec.judge_model not in local:
+            raise RequestError(f"unknown model {spec.judge_model!r}; known here: {local[:20]}", field="judge_model")
     if spec.live_tools and spec.replay_from is None:
         raise RequestError("live_tools applies to a replay: give replay_from too", field="live_tools")
     if spec.replay_from is not None:
@@ -86,6 +90,28 @@ def check(d: Any, spec: EvalOptions, evals: EvalStore, *, tenant: str, admin: bo
         if meta is None or not (admin or meta["tenant"] == tenant):
             raise RequestError(f"no eval with id {spec.replay_from!r} to replay (it may have expired)",
                                field="replay_from")
+
+
+def attach_replay(prepared: Prepared, spec: EvalOptions, evals: EvalStore) -> None:
+    """With ``replay_from``: each line's run answers its tool calls from the earlier eval's run
+    of the same case id (the engine's recorded ledger: only calls recorded ``done`` match,
+    each at most once, none is executed again; a call that matches none is not executed
+    unless ``live_tools``). A case the earlier eval did not run has nothing recorded."""
+    if spec.replay_from is None:
+        return
+    from reactq.shared.engine.recorded import ReplayPolicy
+
+    sources = evals.runs_by_case(spec.replay_from)
+    for item in prepared.items:
+        if item.request is None:
+            continue
+        source = sources.get(str(item.id))
+        if source is None and spec.live_tools:
+            continue  # nothing recorded, every call runs: an ordinary run
+        item.replay = ReplayPolicy(
+            source_run=source or f"none-{spec.replay_from}", reuse="all", match="done",
+            unmatched="run" if spec.live_tools else "refuse", label=f"eval {spec.replay_from}",
+        ).model_dump(mode="json")
 
 
 def submit_eval_batch(d: Any, batches: BatchStore, items: list[BatchItem], *, concurrency: int, tenant: str,
@@ -101,6 +127,7 @@ def start_eval(d: Any, evals: EvalStore, batches: BatchStore, prepared: Prepared
                tenant: str) -> tuple[str, str]:
     """Store the eval and its batch; returns (eval_id, batch_id). The caller drives it."""
     eval_id = uuid.uuid4().hex
+    attach_replay(prepared, spec, evals)
     batch_id = submit_eval_batch(d, batches, prepared.items, concurrency=spec.concurrency, tenant=tenant,
                                  eval_id=eval_id)
     config = spec.model_dump(mode="json", include={"evaluators", "model", "judge_model", "system_prompt",

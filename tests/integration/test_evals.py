@@ -106,3 +106,121 @@ def test_tool_calls_and_turn_limits_read_the_run_itself(llm, workers, redis_url,
     assert not cases["wrong-args"]["scores"]["tool_calls"]["passed"]
     assert "max_turns" not in cases["wrong-args"]["scores"]  # no metadata.max_turns: not scored
     assert cases["in-order"]["turns"] == 3
+
+
+def test_custom_evaluators_score_and_one_that_raises_scores_zero_with_its_error(llm, workers, redis_url, tmp_path):
+    env = worker_env(redis_url, llm, REACTQ_EVALUATORS="tests.integration.eval_kit:EVALUATORS")
+    src = write(tmp_path / "custom.jsonl", [case(llm, "short", "ok", "ok"),
+                                            case(llm, "long", "a much longer answer", "x")])
+    res = reactq("eval", str(src), "-e", "short_answer,explodes", "--json", env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    cases = {c["case_id"]: c for c in got["cases"]}
+    assert cases["short"]["scores"]["short_answer"] == {"value": 1.0, "passed": True, "reason": "2 characters"}
+    assert cases["long"]["scores"]["short_answer"]["passed"] is False
+    boom = cases["short"]["scores"]["explodes"]
+    assert boom["value"] == 0 and "RuntimeError" in boom["reason"] and "this evaluator is broken" in boom["reason"]
+    assert got["eval"]["scores"]["explodes"] == {"pass_rate": 0.0, "mean": 0.0, "scored": 2}
+    assert got["eval"]["status"] == "done"
+    without = reactq("eval", str(src), "-e", "short_answer", env=worker_env(redis_url, llm))
+    assert without.returncode == 2 and "short_answer" in without.stderr  # not loaded: unknown
+
+
+def registry(tmp_path: Path, llm: LLMFixture) -> Path:
+    """The workers' model plus a priced grader (the judge), both on the scripted server."""
+    path = tmp_path / "models.toml"
+    path.write_text(f"""
+[models.scripted]
+base_url = "{llm.server.base_url}"
+model = "scripted"
+api_key_env = "OPENAI_API_KEY"
+roles = ["general", "fast", "reasoning"]
+abilities = {{ tool_call = true }}
+
+[models.grader]
+base_url = "{llm.server.base_url}"
+model = "scripted"
+api_key_env = "OPENAI_API_KEY"
+roles = ["smart"]
+abilities = {{ tool_call = true }}
+price = {{ input_per_mtok = 2.0, output_per_mtok = 8.0 }}
+""")
+    return path
+
+
+def test_the_judge_grades_with_a_scripted_grader_and_its_cost_is_reported_apart(llm, workers, redis_url, tmp_path, r):
+    from reactq.shared.keys import Keys
+    from reactq.shared.stores.spend import TenantSpend
+
+    good = case(llm, "good", "Water boils at 100 C at sea level.", "100 degrees Celsius")
+    bad = case(llm, "bad", "It boils at 50 C.", "100 degrees Celsius")
+    for c, score in ((good, 0.9), (bad, 0.1)):
+        llm.script(f"Question:\n{c['query']}", [reply_tool_calls([("g", "grade", {"score": score, "reason": "graded"})])])
+    src = write(tmp_path / "judge.jsonl", [good, bad])
+    env = worker_env(redis_url, llm, REACTQ_MODELS=str(registry(tmp_path, llm)))
+    spend = TenantSpend(r, Keys())
+    before = spend.spent("default")
+    res = reactq("eval", str(src), "-e", "judge", "--judge-model", "grader", "--json", env=env, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = json.loads(res.stdout)
+    cases = {c["case_id"]: c for c in got["cases"]}
+    assert cases["good"]["scores"]["judge"] == {"value": 0.9, "passed": True, "reason": "graded"}
+    assert cases["bad"]["scores"]["judge"]["passed"] is False
+    per_case = [cases[k]["judge_cost_usd"] for k in ("good", "bad")]
+    assert all(x > 0 for x in per_case)
+    assert got["eval"]["judge_cost_usd"] == pytest.approx(sum(per_case))
+    assert got["eval"]["cost_usd"] == 0  # the runs' model has no price: the judge's dollars are apart
+    assert spend.spent("default") - before == pytest.approx(sum(per_case))
+    graded = [b for b in (rec.body for rec in llm.server.requests) if "Reference answer:" in str(b.get("messages"))]
+    assert len(graded) == 2 and all("100 degrees Celsius" in str(b["messages"]) for b in graded)
+    unknown = reactq("eval", str(src), "-e", "judge", "--judge-model", "nobody", env=env)
+    assert unknown.returncode == 2 and "judge_model" in unknown.stderr
+
+
+def _runs_of(r: Any, tag: str) -> int:
+    return sum(1 for raw in r.lrange("reactq-test:toolruns", 0, -1) if json.loads(raw)["tag"] == tag)
+
+
+def _done_events(dispatcher: Any, run_id: str) -> dict[str, dict[str, Any]]:
+    return {e.data["tool_call_id"]: e.data for _, e in dispatcher.store.read_events(run_id, None, count=1000)
+            if e.channel == "step" and e.data.get("type") == "iteration" and e.data.get("status") == "done"}
+
+
+def test_replay_answers_recorded_calls_and_runs_no_tool_unless_live_tools(llm, workers, redis_url, tmp_path, r,
+                                                                          dispatcher):
+    """Eval A runs charge_card once. Eval B (a changed prompt) replays A: the same call is
+    answered from A's record and a call A never made is not executed; with --live-tools it is."""
+    env = worker_env(redis_url, llm)
+    old, new = f"old-{tmp_path.name[-6:]}", f"new-{tmp_path.name[-6:]}"
+    first = llm.script(llm.unique("replay: pay the invoice"),
+                       [reply_tool_calls([("p1", "charge_card", {"tag": old, "seconds": 0})]), reply_text("paid")],
+                       synthesis=reply_text("paid"))
+    res_a = reactq("eval", str(write(tmp_path / "a.jsonl", [{"id": "pay", "query": first, "expected": "paid"}])),
+                   "--json", env=env, timeout=120)
+    assert res_a.returncode == 0, res_a.stderr
+    eval_a = json.loads(res_a.stdout)["eval"]["eval_id"]
+    assert _runs_of(r, old) == 1
+    # The changed prompt makes the model call the recorded charge again, and one more.
+    second = llm.script(llm.unique("replay: pay the invoice, then the fee"),
+                        [reply_tool_calls([("q1", "charge_card", {"tag": old, "seconds": 0}),
+                                           ("q2", "charge_card", {"tag": new, "seconds": 0})]),
+                         reply_text("paid twice")], synthesis=reply_text("paid"))
+    src_b = write(tmp_path / "b.jsonl", [{"id": "pay", "query": second, "expected": "paid"}])
+    res_b = reactq("eval", str(src_b), "--replay-from", eval_a, "--json", env=env, timeout=120)
+    assert res_b.returncode == 0, res_b.stderr
+    run_b = json.loads(res_b.stdout)["cases"][0]["run_id"]
+    done = _done_events(dispatcher, run_b)
+    assert done["q1"].get("reused") is True and done["q1"]["observation"] == f"once {old} done"
+    assert "not recorded in eval " + eval_a in done["q2"]["observation"] and not done["q2"].get("reused")
+    assert _runs_of(r, old) == 1 and _runs_of(r, new) == 0  # no side effect at all
+
+    res_c = reactq("eval", str(src_b), "--replay-from", eval_a, "--live-tools", "--json", env=env, timeout=120)
+    assert res_c.returncode == 0, res_c.stderr
+    done = _done_events(dispatcher, json.loads(res_c.stdout)["cases"][0]["run_id"])
+    assert done["q1"].get("reused") is True and done["q2"]["observation"].startswith("once ")
+    assert _runs_of(r, old) == 1 and _runs_of(r, new) == 1  # only the call A never made ran
+
+    refused = reactq("eval", str(src_b), "--live-tools", env=env)
+    assert refused.returncode == 2 and "live_tools" in refused.stderr
+    unknown = reactq("eval", str(src_b), "--replay-from", "no-such-eval", env=env)
+    assert unknown.returncode == 2 and "replay_from" in unknown.stderr
