@@ -113,3 +113,35 @@ def test_eval_errors_have_the_one_shape_and_another_tenants_eval_is_not_found(ht
                                       "replay_from": eval_id}, headers=beta)
     assert other.status_code == 422 and other.json()["error"]["field"] == "replay_from"
     wait_done(c, eval_id, acme)
+
+
+def test_the_python_clients_speak_evals(redis_url, llm, workers, tmp_path):
+    import asyncio
+
+    import reactq
+    from tests.integration.conftest import worker_env
+    from tests.integration.test_gateway import start_gateway, stop_gateway
+
+    gw = start_gateway(worker_env(redis_url, llm), tmp_path / "gateway.log")
+    try:
+        with reactq.Client(gw.url) as client:
+            made = client.evals.create([case(llm, "x", "yes", "yes"), case(llm, "y", "no", "yes")], ["exact"],
+                                       name="client")
+            done = client.evals.wait(made.eval_id, timeout=60)
+            assert done.status == "done" and done.pass_rate == 0.5 and done.scores["exact"]["scored"] == 2
+            assert [c["case_id"] for c in client.evals.cases(made.eval_id).cases] == ["x", "y"]
+            assert made.eval_id in [e.eval_id for e in client.evals.list().evals]
+            assert client.evals.compare(made.eval_id, made.eval_id).fixed == []
+            with pytest.raises(reactq.NotFound):
+                client.evals.get("no-such-eval")
+            with pytest.raises(reactq.InvalidRequest) as exc:
+                client.evals.create([{"id": 1, "query": "q"}], ["vibes"])
+            assert exc.value.field == "evaluators"
+
+        async def from_asyncio() -> Any:
+            async with reactq.AsyncClient(gw.url) as aclient:
+                return (await aclient.evals.get(made.eval_id)).pass_rate
+
+        assert asyncio.run(from_asyncio()) == 0.5
+    finally:
+        stop_gateway(gw)
