@@ -1,6 +1,6 @@
 """The ``judge`` evaluator: an LLM of the registry grades an answer against ``expected``.
 
-One structured call (``structured_llm_call``, the seed's levels) asks for ``{score: 0..1,
+One structured call (``structured_llm_call``, degrading level by level) asks for ``{score: 0..1,
 reason}``. The call's usage and dollars are returned apart from the case's run: the eval
 reports them as ``judge_cost_usd`` and the caller adds them to the tenant's spend.
 """
