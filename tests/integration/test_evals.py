@@ -205,20 +205,27 @@ def test_replay_answers_recorded_calls_and_runs_no_tool_unless_live_tools(llm, w
                         [reply_tool_calls([("q1", "charge_card", {"tag": old, "seconds": 0}),
                                            ("q2", "charge_card", {"tag": new, "seconds": 0})]),
                          reply_text("paid twice")], synthesis=reply_text("paid"))
-    src_b = write(tmp_path / "b.jsonl", [{"id": "pay", "query": second, "expected": "paid"}])
+    # A case eval A never ran has nothing recorded: its call is not executed either.
+    fresh = llm.script(llm.unique("replay: a case added since"),
+                       [reply_tool_calls([("n1", "charge_card", {"tag": f"{new}-x", "seconds": 0})]),
+                        reply_text("ok")], synthesis=reply_text("ok"))
+    src_b = write(tmp_path / "b.jsonl", [{"id": "pay", "query": second, "expected": "paid"},
+                                         {"id": "added", "query": fresh}])
     res_b = reactq("eval", str(src_b), "--replay-from", eval_a, "--json", env=env, timeout=120)
     assert res_b.returncode == 0, res_b.stderr
-    run_b = json.loads(res_b.stdout)["cases"][0]["run_id"]
+    run_b, run_added = (c["run_id"] for c in json.loads(res_b.stdout)["cases"])
     done = _done_events(dispatcher, run_b)
     assert done["q1"].get("reused") is True and done["q1"]["observation"] == f"once {old} done"
     assert "not recorded in eval " + eval_a in done["q2"]["observation"] and not done["q2"].get("reused")
-    assert _runs_of(r, old) == 1 and _runs_of(r, new) == 0  # no side effect at all
+    assert "not recorded in eval " + eval_a in _done_events(dispatcher, run_added)["n1"]["observation"]
+    assert _runs_of(r, old) == 1 and _runs_of(r, new) == 0 and _runs_of(r, f"{new}-x") == 0  # no side effect
 
     res_c = reactq("eval", str(src_b), "--replay-from", eval_a, "--live-tools", "--json", env=env, timeout=120)
     assert res_c.returncode == 0, res_c.stderr
     done = _done_events(dispatcher, json.loads(res_c.stdout)["cases"][0]["run_id"])
     assert done["q1"].get("reused") is True and done["q2"]["observation"].startswith("once ")
-    assert _runs_of(r, old) == 1 and _runs_of(r, new) == 1  # only the call A never made ran
+    assert _runs_of(r, old) == 1 and _runs_of(r, new) == 1  # only the calls A never made ran
+    assert _runs_of(r, f"{new}-x") == 1
 
     refused = reactq("eval", str(src_b), "--live-tools", env=env)
     assert refused.returncode == 2 and "live_tools" in refused.stderr
