@@ -1,5 +1,6 @@
 """Eval routes: ``POST /v1/evals`` (scope ``batches:write``), ``GET /v1/evals``,
 ``GET /v1/evals/{id}``, ``GET /v1/evals/{id}/cases`` and ``GET /v1/evals/{a}/compare/{b}``
+(its ids named ``eval_id`` and ``other_id``)
 (scope ``runs:read``). Another tenant's eval is a 404, as for every object.
 
 An eval's cases run as one batch that a thread of the gateway's batch pool drives
@@ -36,17 +37,12 @@ async def _eval_id(eval_id: IdPath, request: Request, gw: GatewayDep) -> str:
     return await _owned(request, gw, eval_id)
 
 
-async def _a(a: IdPath, request: Request, gw: GatewayDep) -> str:
-    return await _owned(request, gw, a)
-
-
-async def _b(b: IdPath, request: Request, gw: GatewayDep) -> str:
-    return await _owned(request, gw, b)
+async def _other_id(other_id: IdPath, request: Request, gw: GatewayDep) -> str:
+    return await _owned(request, gw, other_id)
 
 
 EvalRead = Annotated[str, Depends(_eval_id)]
-EvalA = Annotated[str, Depends(_a)]
-EvalB = Annotated[str, Depends(_b)]
+OtherRead = Annotated[str, Depends(_other_id)]
 
 
 @router.post("/v1/evals", status_code=202, response_model=EvalCreated, responses=responses(413, 415))
@@ -100,9 +96,10 @@ def eval_cases(eval_id: EvalRead, gw: GatewayDep, limit: LimitQuery = 100, curso
     return {"cases": page, "next_cursor": str(page[-1]["line"]) if len(recs) > limit else None}
 
 
-@router.get("/v1/evals/{a}/compare/{b}", response_model=EvalCompare, responses=responses(404))
-def compare_evals(a: EvalA, b: EvalB, gw: GatewayDep) -> Any:
-    """Per case what changed between ``a`` and ``b`` (by evaluator), the cases that flipped
-    (``fixed``, ``broken``), and the aggregate deltas (b − a)."""
+@router.get("/v1/evals/{eval_id}/compare/{other_id}", response_model=EvalCompare, responses=responses(404))
+def compare_evals(eval_id: EvalRead, other_id: OtherRead, gw: GatewayDep) -> Any:
+    """Per case what changed from the eval ``eval_id`` (a) to ``other_id`` (b), by evaluator,
+    the cases that flipped (``fixed``, ``broken``), and the aggregate deltas (b − a)."""
+    a, b = eval_id, other_id
     store = gw.evals
     return compare(store.view(a) or {}, store.case_records(a), store.view(b) or {}, store.case_records(b))
