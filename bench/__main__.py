@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import experiments, figures, inproc, recovery
+from bench import experiments, figures, fork, inproc, recovery
 from bench.cluster import Cluster, WorkerSpec
 from bench.report import Figure, Report
 from bench.runs import throughput
 from bench.script import Scenario
 from reactq.dispatcher.client import Dispatcher
 
-ALL = ("P1b", "P1", "P2", "P5", "P3", "P4", "P6", "P0")
+ALL = ("P1b", "P1", "P2", "P5", "P3", "P4", "P6", "P0", "P11")
 TASKS_PER_3_TURN_RUN = 6  # iterate ×3 (turns 1, 2, 3), tool ×2, answer ×1
 
 
@@ -45,12 +45,14 @@ class Plan:
     p6_runs: int = 150
     p6_ttl: int = 30
     p0_samples: int = 5
+    p11_lines: int = 1000
 
     @classmethod
     def quick(cls) -> Plan:
         return cls(repeats=2, p1b_repeats=3, p3_sizes=(30,), p3_floor_tasks=300, budget_s=300,
                    p4_runs=60, p4_spec=WorkerSpec(count=2, pool="threads", concurrency=20),
-                   p4_compare=False, p5_runs=3, p5_floor=100, p6_runs=30, p6_ttl=10, p0_samples=2)
+                   p4_compare=False, p5_runs=3, p5_floor=100, p6_runs=30, p6_ttl=10, p0_samples=2,
+                   p11_lines=50)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,6 +165,10 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
         run.attempt("P6", lambda: [report.add(f) for f in figures.p6_memory(cl, d, plan.p6_runs, plan.p6_ttl)])
     if "P0" in wanted:
         run.attempt("P0", lambda: [report.add(f) for f in recovery.p0(cl, plan.p0_samples)])
+    if "P11" in wanted:
+        cl.start_workers(fork.SPEC)
+        run.attempt("P11", lambda: [report.add(f) for f in fork.p11(cl, d, plan.p11_lines)])
+        cl.flush()
     cl.stop_workers()
     return run.failures
 

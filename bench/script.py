@@ -13,6 +13,8 @@ redelivered call gets the same reply and one server serves every figure at once.
   a thousand held requests cost nothing). Default: ``$BENCH_LLM_DELAY`` or 0.
 * ``chunks`` / ``chunk_delay`` / ``synth_delay``: the streamed answer synthesis (number of
   8-character chunks, seconds between chunks, seconds before the first one).
+* ``fail_at``: the loop turn (1, 2, …) whose LLM call is refused (HTTP 400) while the scenario's
+  outage is on (``outage_path(tag)`` exists: ``bench.fork``'s P11 turns it on and off).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tests.scripted_server import (
     Reply,
     count_assistant_messages,
     first_user_text,
+    reply_error,
     reply_text,
     reply_tool_calls,
 )
@@ -41,6 +44,7 @@ class Scenario:
     chunk_delay: float = 0.0
     synth_delay: float = 0.0
     tag: str = ""
+    fail_at: int = 0
 
     def query(self) -> str:
         """The run's query, which carries the scenario to the scripted server."""
@@ -51,7 +55,7 @@ class Scenario:
     def tool_args(self, n: int, i: int) -> dict[str, Any]:
         if self.tool == "echo":
             return {"text": f"t{n}.{i}"}
-        if self.tool == "tally":
+        if self.tool in ("tally", "charge"):
             return {"tag": f"{self.tag}.{n}.{i}"}
         return {"seconds": self.sleep}
 
@@ -73,7 +77,18 @@ def handler(request: dict[str, Any]) -> Reply:
         text = "".join(f"part{k:03d} " for k in range(max(1, sc.chunks)))  # 8 chars a chunk
         return reply_text(text, chunk_chars=8, chunk_delay=sc.chunk_delay, delay=sc.synth_delay)
     n = count_assistant_messages(request)
+    if sc.fail_at and n == sc.fail_at - 1 and os.path.exists(outage_path(sc.tag)):
+        # Refused at once (400 is not retried): a 5xx would add the client's retries before
+        # the run fails, which changes nothing of what re-running it costs.
+        return reply_error(400, {"error": {"message": "bench outage", "type": "invalid_request_error"}})
     if n < sc.turns - 1:
         calls = [(f"c{n}_{i}", sc.tool, sc.tool_args(n, i)) for i in range(sc.calls)]
         return reply_tool_calls(calls, delay=sc.delay)
     return reply_text(f"final answer after {n} tool turns", delay=sc.delay)
+
+
+def outage_path(tag: str) -> str:
+    """While this file exists, a ``fail_at`` scenario with this tag fails at that turn."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"reactq-bench-outage-{tag}")

@@ -2,7 +2,8 @@
 
 ``spin`` burns CPU for ``seconds`` (holding the GIL), the CPU-bound counterpart of the
 built-in ``sleep``: it is what separates the threads pool from prefork. ``tally`` counts its
-executions in Redis, to check that no tool call runs twice.
+executions in Redis, to check that no tool call runs twice; ``charge`` is ``tally`` declared not
+idempotent (what a fork must not run again).
 """
 
 from __future__ import annotations
@@ -42,8 +43,11 @@ def _tally(tag: str) -> str:
 
 
 tally = Tool(name="tally", description="Count an execution (benchmarks).", args_model=TallyArgs, fn=_tally)
+# The same count, declared not idempotent (a payment, an e-mail): never silently run twice.
+charge = Tool(name="charge", description="Count an execution of a non-idempotent action (benchmarks).",
+              args_model=TallyArgs, fn=_tally, idempotent=False)
 
 spin = Tool(name="spin", description="Burn CPU for a number of seconds (benchmarks).",
             args_model=SpinArgs, fn=_spin)
 
-TOOLS = [spin, tally]
+TOOLS = [spin, tally, charge]

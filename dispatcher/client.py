@@ -11,9 +11,7 @@ Tasks are enqueued by name (``send_task``), so this module imports no task or to
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from functools import cached_property
 from typing import Any
@@ -21,22 +19,19 @@ from typing import Any
 import redis
 from celery import Celery
 
-from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import NoWorker, RequestError, RunNotFound, TooManyRequests
+from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
+from reactq.shared.errors import NoWorker, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
-from reactq.shared.redisconn import broker_url
-from reactq.shared.redisconn import client as state_client
-from reactq.shared.requests import RunRequest, check_priced, check_run_request
+from reactq.shared.requests import RunRequest
+from reactq.shared.service import Door, Origin, OriginKind, Stores
+from reactq.shared.service.door import check_interrupt
 from reactq.shared.settings import Settings
-from reactq.shared.stores.approvals import ApprovalStore, approvals_of
+from reactq.shared.stores.approvals import ApprovalStore
+from reactq.shared.stores.keys import Caller
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.tenancy import DEFAULT_TENANT
-from reactq.dispatcher.approvals import decide
-from reactq.dispatcher.threads import submit_on_thread
-from reactq.dispatcher.webhooks import check_webhook
-from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
-from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.wire import RUNS_QUEUE, celery_config
 
 
 def follow_events(read: Callable[[str | None, int], list[tuple[str, Event]]], exists: Callable[[], object],
@@ -64,15 +59,6 @@ def follow_events(read: Callable[[str | None, int], list[tuple[str, Event]]], ex
 RESULT_TIMEOUT = 600.0
 #: After this long still ``queued``, ``result`` asks whether any worker is up at all.
 PICKUP_CHECK = 30.0
-
-
-def check_interrupt(text: str, max_chars: int) -> None:
-    """A follow-up's content: not blank, at most ``REACTQ_MAX_INTERRUPT_CHARS``."""
-    if not text.strip():
-        raise RequestError("content must not be empty", field="content")
-    if len(text) > max_chars:
-        raise RequestError(f"content: at most {max_chars} characters (REACTQ_MAX_INTERRUPT_CHARS), "
-                           f"got {len(text)}", field="content")
 
 
 class RunHandle:
@@ -104,20 +90,11 @@ class RunHandle:
 
     def interrupt(self, text: str) -> str:
         """Send a follow-up message; it reaches the run at its next drain point."""
-        s = self.d.settings
-        check_interrupt(text, s.max_interrupt_chars)
-        if self.status()["status"] in TERMINAL_STATUSES:
-            raise RequestError(f"run {self.run_id} has already ended", field="run_id")
-        return self.d.store.add_interrupt(self.run_id, text, limit=s.max_interrupts)
+        return self.d.door.interrupt_run(self.run_id, text)
 
     def cancel(self) -> None:
         """Ask the run to stop at its next step boundary (it ends ``cancelled``)."""
-        rec = self.d.store.load(self.run_id)
-        if rec.status in TERMINAL_STATUSES:
-            return
-        self.d.store.request_cancel(self.run_id)
-        # Nudge: a run waiting on slow tools ends now instead of when they report.
-        self.d.send(ITERATE, [self.run_id, rec.step_no])
+        self.d.door.cancel_run(self.run_id)
 
     def approvals(self) -> list[dict[str, Any]]:
         """The run's approvals (every status), oldest first."""
@@ -132,8 +109,8 @@ class RunHandle:
         ``args_digest``: that of the arguments the decider saw (default: the pending
         request's, read now). Returns ``{approval_id, status}``; ``ApprovalConflict`` when it
         was decided already or the digest differs, ``RunNotFound`` for an unknown id."""
-        return decide(self.d, self.run_id, approval_id, decision, args_digest=args_digest, args=args,
-                      message=message, by=by)
+        return self.d.door.decide_approval(self.run_id, approval_id, decision, args_digest=args_digest,
+                                           args=args, message=message, by=by)
 
     def result(self, timeout: float | None = RESULT_TIMEOUT, poll: float = 0.05, *,
                pickup_check: float | None = PICKUP_CHECK) -> dict[str, Any]:
@@ -166,7 +143,8 @@ class RunHandle:
 
 
 class Dispatcher:
-    """Submits runs to the workers and reads them back from Redis."""
+    """Submits runs to the workers and reads them back from Redis, through the door
+    (``reactq.shared.service``)."""
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings or Settings()
@@ -174,17 +152,25 @@ class Dispatcher:
         self._redis = redis_client
 
     @cached_property
+    def stores(self) -> Stores:
+        """The process's stores (one ``Stores.from_settings``)."""
+        return Stores.from_settings(self.settings, redis_client=self._redis)
+
+    @cached_property
+    def door(self) -> Door:
+        return Door(self.stores, self.send)
+
+    @property
     def redis(self) -> redis.Redis:
-        return self._redis or state_client(self.settings)
+        return self.stores.redis
 
-    @cached_property
+    @property
     def store(self) -> RunStore:
-        return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
-                        maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
+        return self.stores.runs
 
-    @cached_property
+    @property
     def approvals(self) -> ApprovalStore:
-        return approvals_of(self.store)
+        return self.stores.approvals
 
     @cached_property
     def celery(self) -> Celery:
@@ -195,28 +181,11 @@ class Dispatcher:
     def model_specs(self) -> list[dict[str, Any]]:
         """The models' public entries (name, roles, price, …) from the catalog, else from
         this process's registry."""
-        raw = self.redis.hget(self.keys.catalog, "models")
-        if raw:
-            return list(json.loads(raw))
-        from reactq.shared.llm.registry import load_registry
-
-        return [s.model_dump(mode="json") for s in load_registry(self.settings).specs()]
+        return self.stores.model_specs()
 
     def catalog(self) -> tuple[list[str], list[str]]:
-        """(tool names, model names) for validation at the door.
-
-        Read from ``reactq:catalog``, which workers publish when they start, so the door
-        never imports tool code; before any worker has started, the same registries are
-        loaded from this process's settings instead.
-        """
-        tools_raw, models_raw = self.redis.hmget(self.keys.catalog, "tools", "models")
-        if tools_raw and models_raw:
-            return ([t["name"] for t in json.loads(tools_raw)],
-                    [m["name"] for m in json.loads(models_raw)])
-        from reactq.shared.llm.registry import load_registry
-        from reactq.shared.tools.loader import default_registry
-
-        return default_registry(self.settings).names(), load_registry(self.settings).list_models()
+        """(tool names, model names) for validation at the door (``Stores.catalog``)."""
+        return self.stores.catalog()
 
     def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE, *, priority: int | None = None) -> None:
         options = {"priority": priority} if priority else {}
@@ -224,62 +193,33 @@ class Dispatcher:
 
     def validate(self, request: RunRequest | dict[str, Any]) -> RunRequest:
         """Pydantic validation plus registry checks; raises with the field named."""
-        req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
-        tools, models = self.catalog()
-        check_run_request(req, tools=tools, models=models)
-        if req.cost_budget_usd is not None:
-            check_priced("cost_budget_usd", req.model, self.model_specs())
-        check_webhook(req.webhook, self.settings)
-        return req
+        return self.door.validate_run(request)
 
     def submit(self, request: RunRequest | dict[str, Any], *, run_id: str | None = None,
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
-               batch_cost_budget_usd: float | None = None, replay: dict[str, Any] | None = None) -> RunHandle:
-        """Validate, store and enqueue a run of ``tenant``. An ``idempotency_key`` the
-        tenant used before returns the existing run and enqueues nothing. ``batch_id`` files
-        the run under its HTTP batch in the run index (``GET /v1/runs?batch_id=``),
-        ``schedule_id`` under its schedule (with ``scheduled_for``, the tick, on a tick's run).
-        ``batch_cost_budget_usd``: the batch's dollar cap, which every call of the run is held
-        against (with ``batch_id``). ``replay``: a ``ReplayPolicy`` (as JSON) whose recorded
-        calls answer the run's calls (an eval's replay, ``reactq.shared.engine.recorded``)."""
-        req = self.validate(request)
-        self.check_tenant_cap(req.model, tenant)
-        if req.thread_id is not None:
-            sub = submit_on_thread(self, req, run_id, tenant=tenant)
-            handle = RunHandle(self, sub.run_id, created=sub.created)
-            handle.injected, handle.interrupt_id = sub.injected, sub.interrupt_id
-            return handle
-        if run_id is None:  # a key names one id: a retry after a kill finds what it wrote
-            run_id = (uuid.uuid4().hex if req.idempotency_key is None
-                      else idempotent_id(req.idempotency_key, tenant=tenant))
-        self.admit(tenant, run_id)
-        rid, created = self.store.create(run_id, req.model_dump(mode="json"),
-                                         idempotency_key=req.idempotency_key, batch_id=batch_id,
-                                         schedule_id=schedule_id, scheduled_for=scheduled_for,
-                                         tenant=tenant, batch_cost_budget_usd=batch_cost_budget_usd,
-                                         replay=replay)
-        if created:
-            self.send(ITERATE, [rid, 0], priority=message_priorities(broker_url(self.settings))[req.priority])
-        return RunHandle(self, rid, created=created)
-
-    def admit(self, tenant: str, run_id: str) -> None:
-        """A place among the tenant's ``max_active_runs`` for ``run_id``; ``TooManyRequests``
-        (HTTP 429 with ``Retry-After``) when every place is taken."""
-        from reactq.shared.stores.active import ActiveRuns
-        from reactq.shared.tenants import quota_of
-
-        limit = quota_of(self.settings, tenant).max_active_runs
-        if limit is not None and not ActiveRuns(self.redis, self.keys).admit(tenant, run_id, limit):
-            raise TooManyRequests(f"tenant {tenant} has {limit} active runs (its max_active_runs); "
-                                  "retry when one has ended", field="max_active_runs")
-
-    def check_tenant_cap(self, model: str | None, tenant: str) -> None:
-        """A tenant with a daily dollar cap may only use priced models (422 naming ``model``)."""
-        from reactq.shared.tenants import quota_of
-
-        if quota_of(self.settings, tenant).cost_per_day_usd is not None:
-            check_priced("model", model, self.model_specs())
+               batch_cost_budget_usd: float | None = None, caller: Caller | None = None,
+               seed: RunState | None = None, forked_from: dict[str, Any] | None = None,
+               replay: dict[str, Any] | None = None) -> RunHandle:
+        """Admit, store and enqueue a run of ``tenant`` (``Door.create_run``). An
+        ``idempotency_key`` the tenant used before returns the existing run and enqueues
+        nothing. ``batch_id`` files the run under its HTTP batch in the run index (``GET
+        /v1/runs?batch_id=``), ``schedule_id`` under its schedule (with ``scheduled_for``, the
+        tick, on a tick's run). ``batch_cost_budget_usd``: the batch's dollar cap, which every
+        call of the run is held against (with ``batch_id``). ``caller``: the key that asks
+        (the gateway's), checked for the scopes the request needs. A fork
+        (``dispatcher/fork.py``) starts from ``seed``, its first state, and records ``forked_from``.
+        ``replay``: a ``ReplayPolicy`` (as JSON) whose recorded calls answer the run's calls (an
+        eval's replay of an earlier eval, ``reactq.shared.engine.recorded``)."""
+        kind: OriginKind = ("fork" if forked_from else "batch" if batch_id else "schedule" if schedule_id
+                            else "run")
+        origin = Origin(kind, batch_id=batch_id, batch_cost_budget_usd=batch_cost_budget_usd,
+                        schedule_id=schedule_id, scheduled_for=scheduled_for, seed=seed,
+                        forked_from=forked_from, replay=replay)
+        got = self.door.create_run(request, tenant=tenant, caller=caller, origin=origin, run_id=run_id)
+        handle = RunHandle(self, got.run_id, created=got.created)
+        handle.injected, handle.interrupt_id = got.injected, got.interrupt_id
+        return handle
 
     def handle(self, run_id: str) -> RunHandle:
         """A handle for an existing run (``RunNotFound`` if there is none)."""
@@ -292,4 +232,4 @@ class Dispatcher:
         return [name for r in replies for name in r]
 
 
-__all__ = ["Dispatcher", "NoWorker", "RunHandle", "RunNotFound"]
+__all__ = ["Dispatcher", "NoWorker", "RunHandle", "RunNotFound", "check_interrupt"]

@@ -15,42 +15,26 @@ plan above ``REACTQ_DAG_MAX_STEPS``. Tasks are sent by name; no worker code is i
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
-from functools import cached_property
 from typing import Any
 
 import redis
 
-from reactq.dispatcher.client import Dispatcher, check_interrupt, follow_events
+from reactq.dispatcher.client import Dispatcher, follow_events
 from reactq.shared.dag.config import DagConfig
-from reactq.shared.dag.models import PlanError, PlanStep, PlanTooLargeError, check_unique_ids, validate_steps
 from reactq.shared.dag.state import TERMINAL_DAG_STATUSES
-from reactq.shared.stores.dags import DagNotFound, DagStore, public_view
-from reactq.shared.errors import RequestError, RunNotFound
+from reactq.shared.errors import RequestError
 from reactq.shared.events import Event
-from reactq.shared.requests import DagRequest, check_names
+from reactq.shared.requests import DagRequest
+from reactq.shared.service.admission import check_dag, check_plan
+from reactq.shared.service.door import check_interrupt
+from reactq.shared.service.ops import cancel_run
 from reactq.shared.settings import Settings
-from reactq.dispatcher.webhooks import check_webhook
-from reactq.shared.wire import DAG_ADVANCE, DAG_START
-from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.stores.dags import DagNotFound, DagStore, public_view
 from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.wire import DAG_ADVANCE
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]
-
-
-def check_plan(request: DagRequest, *, max_steps: int) -> None:
-    """The registry-free checks of a user plan (ids, size, cycles); ``RequestError``."""
-    if request.steps is None:
-        return
-    steps = [PlanStep(**s.model_dump()) for s in request.steps]
-    try:
-        if len(steps) > max_steps:
-            raise PlanTooLargeError(len(steps), max_steps)
-        check_unique_ids(steps)
-        validate_steps(steps)  # dangling dependencies are pruned later, with a warning event
-    except PlanError as exc:
-        raise RequestError(str(exc), field="steps") from exc
 
 
 class DagHandle:
@@ -98,10 +82,8 @@ class DagHandle:
         # task: under load that took longer than a short step, which then ended `succeeded`.
         for step in rec.state.steps if rec.state is not None else []:
             if step.status == "running" and step.run_id:
-                try:
-                    self.d.runs.handle(step.run_id).cancel()
-                except RunNotFound:
-                    pass  # not created yet: its StartRun sees the DAG's cancel flag
+                # Not created yet: its StartRun sees the DAG's cancel flag.
+                cancel_run(self.d.runs.store, self.d.runs.send, step.run_id)
         self.d.runs.send(DAG_ADVANCE, [self.dag_id, None])
 
     def interrupt(self, text: str) -> str:
@@ -118,43 +100,33 @@ class DagHandle:
 class DagDispatcher:
     """Submits DAGs to the workers and reads them back from Redis."""
 
-    def __init__(self, settings: Settings | None = None, *,
-                 redis_client: redis.Redis | None = None, config: DagConfig | None = None) -> None:
-        self.settings = settings or Settings()
-        self.runs = Dispatcher(self.settings, redis_client=redis_client)
+    def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None,
+                 config: DagConfig | None = None, runs: Dispatcher | None = None) -> None:
+        self.settings = settings or (runs.settings if runs is not None else Settings())
+        # ``runs``: a dispatcher whose stores this one shares (one bundle per process).
+        self.runs = runs or Dispatcher(self.settings, redis_client=redis_client)
         self.config = config or DagConfig()
 
-    @cached_property
+    @property
     def store(self) -> DagStore:
-        return DagStore(self.runs.redis, keys=self.runs.keys,
-                        ttl_seconds=self.settings.run_ttl_seconds,
-                        maxlen=self.settings.events_maxlen,
-                        due_seconds=self.settings.due_seconds)
+        return self.runs.stores.dags
 
-    def validate(self, request: DagRequest | dict[str, Any]) -> DagRequest:
-        """Pydantic validation, registry checks and plan checks; raises naming the field."""
+    def validate(self, request: DagRequest | dict[str, Any], *, tenant: str = DEFAULT_TENANT) -> DagRequest:
+        """Pydantic validation, registry checks, plan checks and the dollar-cap rule over every
+        model the DAG may call; raises naming the field."""
         req = request if isinstance(request, DagRequest) else DagRequest.model_validate(request)
-        tools, models = self.runs.catalog()
-        check_names("tools", req.tools, tools, "tool names")
-        if req.model is not None:
-            check_names("model", [req.model], models, "model")
+        check_dag(self.runs.stores, req, tenant)
         check_plan(req, max_steps=self.config.max_steps)
-        check_webhook(req.webhook, self.settings)
         return req
 
     def submit(self, request: DagRequest | dict[str, Any], *, dag_id: str | None = None,
                tenant: str = DEFAULT_TENANT) -> DagHandle:
-        """Validate, store and enqueue a DAG of ``tenant`` (its child runs are the tenant's
-        too). An ``idempotency_key`` the tenant used before returns the existing DAG and
-        enqueues nothing."""
-        req = self.validate(request)
-        if dag_id is None:  # a key names one id: a retry after a kill finds what it wrote
-            dag_id = (uuid.uuid4().hex if req.idempotency_key is None
-                      else idempotent_id(req.idempotency_key, kind="dag", tenant=tenant))
-        did, created = self.store.create(dag_id, req.model_dump(mode="json"),
-                                         idempotency_key=req.idempotency_key, tenant=tenant)
-        if created:
-            self.runs.send(DAG_START, [did])
+        """Check, store and enqueue a DAG of ``tenant`` (``Door.create_dag``; its child runs
+        are the tenant's too, each admitted by the door as it starts). An
+        ``idempotency_key`` the tenant used before returns the existing DAG and enqueues
+        nothing."""
+        did, created = self.runs.door.create_dag(request, tenant=tenant, dag_id=dag_id,
+                                                 max_steps=self.config.max_steps)
         return DagHandle(self, did, created=created)
 
     def handle(self, dag_id: str) -> DagHandle:

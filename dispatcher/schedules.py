@@ -22,6 +22,7 @@ from reactq.shared.errors import RequestError, ScheduleNotFound
 from reactq.shared.requests import RunRequest
 from reactq.shared.schedule.models import PREVIEW, ScheduleRequest, SchedulePatch, merged
 from reactq.shared.schedule.times import fire_times, iso, next_after
+from reactq.shared.stores.keys import Caller
 from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
 from reactq.shared.tenancy import DEFAULT_TENANT
 
@@ -35,27 +36,27 @@ class Schedules:
 
     def __init__(self, dispatcher: Dispatcher) -> None:
         self.d = dispatcher
-        self.store = ScheduleStore(dispatcher.redis, dispatcher.keys)
+        self.records: ScheduleStore = dispatcher.stores.schedules
 
-    def _check_run(self, run: dict[str, Any]) -> None:
-        """The registry part of a run's validation, with the field under ``run.``."""
-        try:
-            self.d.validate(RunRequest.model_validate(run))
-        except RequestError as exc:
-            raise RequestError(str(exc), field=f"run.{exc.field}" if exc.field else "run") from exc
+    def _check_run(self, run: dict[str, Any], tenant: str, caller: Caller | None) -> None:
+        """The door's checks of the runs the schedule will make (``Door.check_run``: the
+        registries, the scopes the run needs, the dollar-cap rule), the field under ``run.``.
+        Each tick's run passes the whole admission again when it is made."""
+        self.d.door.check_run(run, tenant=tenant, caller=caller)
 
-    def create(self, req: ScheduleRequest, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    def create(self, req: ScheduleRequest, tenant: str = DEFAULT_TENANT,
+               caller: Caller | None = None) -> dict[str, Any]:
         """Store a new schedule of ``tenant`` (its runs are the tenant's); its view with the
-        next fire times."""
-        self._check_run(req.run.model_dump(exclude_unset=True))
+        next fire times. ``caller``: the key that asks (checked for the scopes its run needs)."""
+        self._check_run(req.run.model_dump(exclude_unset=True), tenant, caller)
         first = None if req.paused else next_after(req.cadence(), time.time())
-        if self.store.get(req.schedule_id, tenant) is not None or not self.store.create(req, first, tenant):
+        if self.records.get(req.schedule_id, tenant) is not None or not self.records.create(req, first, tenant):
             raise ScheduleExists(f"schedule {req.schedule_id!r} exists", field="schedule_id")
         return self.get(req.schedule_id, tenant)
 
     def record(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> ScheduleRecord:
         """``tenant``'s schedule of that id (another tenant's is not found: ids are per tenant)."""
-        rec = self.store.get(schedule_id, tenant)
+        rec = self.records.get(schedule_id, tenant)
         if rec is None:
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
         return rec
@@ -71,31 +72,32 @@ class Schedules:
         return {**rec.view(), "next_fire_times": [iso(t) for t in fire_times(rec.cadence, start, count)]}
 
     def list(self) -> list[dict[str, Any]]:
-        return [self.view(rec) for rec in self.store.all()]
+        return [self.view(rec) for rec in self.records.all()]
 
     def page(self, *, limit: int, cursor: str | None, tenant: str | None = None) -> dict[str, Any]:
         """``{schedules: [...], next_cursor}``, oldest first (``tenant``: only its own)."""
-        recs, nxt = self.store.page(limit=limit, cursor=cursor)
+        recs, nxt = self.records.page(limit=limit, cursor=cursor)
         return {"schedules": [self.view(rec) for rec in recs if tenant is None or rec.tenant == tenant],
                 "next_cursor": nxt}
 
-    def patch(self, schedule_id: str, patch: SchedulePatch, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
+    def patch(self, schedule_id: str, patch: SchedulePatch, tenant: str = DEFAULT_TENANT,
+              caller: Caller | None = None) -> dict[str, Any]:
         """Change fields (the merged schedule is validated again, errors naming the field)."""
         rec = self.record(schedule_id, tenant)
         new, moved = merged({**rec.spec, "schedule_id": schedule_id}, patch)
         if patch.run is not None:
-            self._check_run(patch.run)
+            self._check_run(patch.run, rec.tenant, caller)
         resumed = rec.paused and not new.paused
         move = moved or resumed or new.paused != rec.paused
         nxt = None if new.paused else next_after(new.cadence(), time.time())
-        self.store.update(new, nxt, move=move, name=rec.name)
+        self.records.update(new, nxt, move=move, name=rec.name)
         return self.get(schedule_id, tenant)
 
     def set_paused(self, schedule_id: str, paused: bool, tenant: str = DEFAULT_TENANT) -> dict[str, Any]:
         return self.patch(schedule_id, SchedulePatch(paused=paused), tenant)
 
     def delete(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> None:
-        if not self.store.delete(self.record(schedule_id, tenant).name):
+        if not self.records.delete(self.record(schedule_id, tenant).name):
             raise ScheduleNotFound(f"no schedule with id {schedule_id!r}")
 
     def trigger(self, schedule_id: str, tenant: str = DEFAULT_TENANT) -> RunHandle:
@@ -103,7 +105,7 @@ class Schedules:
         rec = self.record(schedule_id, tenant)
         handle = self.d.submit(RunRequest.model_validate(rec.spec["run"]), schedule_id=schedule_id,
                                tenant=rec.tenant)
-        self.store.note_trigger(rec.name, handle.run_id)
+        self.records.note_trigger(rec.name, handle.run_id)
         return handle
 
 

@@ -47,6 +47,17 @@ class TooManyRequests(RequestError):
     """A per-run limit was reached (e.g. ``REACTQ_MAX_INTERRUPTS``): HTTP 429."""
 
 
+class Forbidden(RequestError):
+    """The caller's key lacks ``scope`` (HTTP 403 naming it)."""
+
+    def __init__(self, scope: str, field: str | None = None) -> None:
+        super().__init__(f"this API key lacks the scope {scope!r}", field=field)
+        self.scope = scope
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.scope, self.field))
+
+
 class StructuredOutputError(ReactqError, ValueError):
     """All structured extraction levels failed."""
 
@@ -127,6 +138,11 @@ class ApprovalConflict(ReactqError):
     def __init__(self, message: str, record: dict[str, object] | None = None) -> None:
         super().__init__(message)
         self.record = record
+
+
+class ForkConflict(ReactqError):
+    """A run (batch, DAG) cannot be forked as asked: it has not ended, or it did not fail
+    and the fork is from its last failure (HTTP 409)."""
 
 
 class NoWorker(ReactqError, TimeoutError):

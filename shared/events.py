@@ -13,9 +13,10 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail", "approval"]
+Channel = Literal["step", "answer", "compact", "phase", "inject", "error", "done", "guardrail", "approval",
+                  "fork"]
 CHANNELS: tuple[str, ...] = ("step", "answer", "compact", "phase", "inject", "error", "done", "guardrail",
-                             "approval")
+                             "approval", "fork")
 TERMINAL_CHANNEL = "done"
 
 
@@ -85,6 +86,10 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
                                              "of its arguments as canonical JSON (a decision names it)",
         "reason, expires_at": "`requested`: why it waits, and when `on_timeout` applies",
         "decided_by, approved_args": "a decision: who decided (`timeout` for an expiry), an edit's arguments",
+    }),
+    "fork": ChannelDoc("The run is a fork of an earlier run: its first event (the parent's events are not copied).", {
+        "forked_from": "`{run_id, turn}`: the parent run, and the turn whose LLM call the fork starts with",
+        "reuse": "`effects`, `all` or `none`: which of the parent's recorded calls the fork reuses if made again",
     }),
 }
 

@@ -189,6 +189,10 @@ class Keys:
     def runs_schedule(self, schedule_id: str) -> str:
         return f"{self.prefix}runs:schedule:{schedule_id}"
 
+    def runs_forked_from(self, run_id: str) -> str:
+        """The forks of a run (``GET /v1/runs?forked_from=``)."""
+        return f"{self.prefix}runs:forked_from:{run_id}"
+
     # -- schedules ----------------------------------------------------------------------
     def schedule(self, schedule_id: str) -> str:
         return f"{self.prefix}schedule:{{{schedule_id}}}"

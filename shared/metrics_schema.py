@@ -60,6 +60,7 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("tool_calls_reused", "counter",
            "Tool calls answered from a recorded ledger (a fork's parent) without executing the tool.",
            ("tool",)),
+    Family("forks", "counter", "Forks created, by kind (run, batch line, dag step).", ("kind",)),
     # flow control (reactq.shared.flow)
     Family("flow_wait_seconds", "histogram", "Waits for a model's capacity, by priority.",
            ("model", "priority"), _TURN_BUCKETS),

@@ -177,25 +177,3 @@ def check_run_request(req: RunRequest, *, tools: list[str], models: list[str]) -
         check_names("approval.tools", req.approval.tools, tools, "tool names")
     if req.model is not None:
         check_names("model", [req.model], models, "model")
-
-
-def models_called(model: str | None, specs: list[dict[str, Any]]) -> list[str]:
-    """The models a run of ``model`` (None: the default) may call: its own, and the ``fast``
-    role's (tool selection, compaction). ``specs``: the catalog's model entries, in order."""
-    def first(role: str) -> str | None:
-        return next((s["name"] for s in specs if role in (s.get("roles") or [])), None)
-
-    own = model or first("general") or (specs[0]["name"] if specs else None)
-    names = [n for n in (own, first("fast") or own) if n is not None]
-    return list(dict.fromkeys(names))
-
-
-def check_priced(field: str, model: str | None, specs: list[dict[str, Any]]) -> None:
-    """A dollar cap needs every model the work may call to have a price: a cap that silently
-    covers only part of the spend is refused at the door."""
-    priced = {s["name"] for s in specs if s.get("price")}
-    unpriced = [n for n in models_called(model, specs) if n not in priced]
-    if unpriced:
-        raise RequestError(f"{field}: model {unpriced[0]!r} has no price in the model registry "
-                           "(price = {input_per_mtok, output_per_mtok}), so a dollar cap cannot "
-                           "be enforced", field=field)

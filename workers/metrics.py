@@ -69,17 +69,19 @@ class Batch:
         return len(self.ops)
 
     def inc(self, family: str, labels: Iterable[str], amount: int = 1) -> Batch:
-        self.ops.append(Op(("HINCRBY", self.rec.key(family), label_field(labels), amount)))
+        self.ops.append(Op(("HINCRBY", self.rec.key(family), label_field(self.rec.labels(family, labels)),
+                            amount)))
         return self
 
     def add(self, family: str, labels: Iterable[str], amount: float) -> Batch:
         """A float counter (dollars)."""
-        self.ops.append(Op(("HINCRBYFLOAT", self.rec.key(family), label_field(labels), repr(amount))))
+        self.ops.append(Op(("HINCRBYFLOAT", self.rec.key(family), label_field(self.rec.labels(family, labels)),
+                            repr(amount))))
         return self
 
     def observe(self, family: str, labels: Iterable[str], value: float) -> Batch:
         fam = FAMILIES[family]
-        values = [str(v) for v in labels]
+        values = self.rec.labels(family, labels)
         value = max(0.0, float(value))
         key = self.rec.key(family)
         self.ops.append(Op(("HINCRBY", key, label_field([*values, bucket_for(fam, value)]), 1)))
@@ -100,12 +102,24 @@ class Batch:
             self.ops = []
 
 
-class Recorder:
-    """Writes metric updates for one Redis client and key prefix."""
+#: The value of a ``tool`` or ``model`` label that is not a registered name.
+UNKNOWN = "unknown"
 
-    def __init__(self, client: redis.Redis, keys: Keys, owner: str | None = None) -> None:
+
+class Recorder:
+    """Writes metric updates for one Redis client and key prefix.
+
+    ``known``: the registered names per label (``{"tool": …, "model": …}``), asked again
+    when a value is not among them (a tool registered since). A ``tool`` or ``model`` label
+    carries only those names, anything else ``unknown``: a name the model invented (it may
+    carry anything it read) never becomes a label value, and the label sets stay bounded."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, owner: str | None = None,
+                 known: Callable[[], dict[str, frozenset[str]]] | None = None) -> None:
         self.client = client
         self.keys = keys
+        self._known_fn = known
+        self._known: dict[str, frozenset[str]] | None = None
         # Counters go to this process's shard: every worker increments a different hash, so
         # a Redis Cluster spreads them (the reader sums the shards).
         self.shard = Keys.metrics_shard(owner or f"{socket.gethostname()}:{os.getpid()}")
@@ -120,6 +134,23 @@ class Recorder:
 
     def batch(self) -> Batch:
         return Batch(self)
+
+    def labels(self, family: str, values: Iterable[Any]) -> list[str]:
+        """``values`` as written: a ``tool`` or ``model`` label that is not a registered name
+        is ``unknown``."""
+        out = [str(v) for v in values]
+        if self._known_fn is None:
+            return out
+        for i, name in enumerate(FAMILIES[family].labels[:len(out)]):
+            if name in ("tool", "model") and not self._registered(name, out[i]):
+                out[i] = UNKNOWN
+        return out
+
+    def _registered(self, label: str, value: str) -> bool:
+        assert self._known_fn is not None
+        if self._known is None or value not in self._known.get(label, frozenset()):
+            self._known = self._known_fn()  # registries only grow: a miss asks again
+        return value in self._known.get(label, frozenset())
 
     # -- LLM ---------------------------------------------------------------------------
     def llm_call(self, model: str, seconds: float, usage: dict[str, Any] | None,

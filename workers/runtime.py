@@ -29,13 +29,14 @@ from reactq.shared.redisconn import client as redis_client
 from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.stores.calls import CallLedger
 from reactq.shared.stores.flow import FlowLimiter
-from reactq.shared.errors import CostCapReached
-from reactq.shared.stores.roundtrip import checked, defer, execute, failed, take
-from reactq.shared.stores.approvals import ApprovalStore, approvals_of
-from reactq.shared.stores.run_hash import cost_op, spend_op, spending_op
+from reactq.shared.stores.caps import CapLedger
+from reactq.shared.stores.roundtrip import defer
+from reactq.shared.service import Door, Stores
+from reactq.shared.stores.approvals import ApprovalStore
+from reactq.shared.stores.run_hash import spend_op
 from reactq.shared.stores.runs import RunStore
-from reactq.shared.stores.spend import BatchSpend, TenantSpend
 from reactq.shared.tools.base import ToolRegistry
+from reactq.shared.wire import RUNS_QUEUE
 from reactq.shared.hooks.loader import default_hooks
 from reactq.shared.tools.loader import default_registry
 from reactq.workers.recovery.lease import Leases
@@ -57,9 +58,24 @@ class Runtime:
         return redis_client(self.settings, health_check_interval=30)
 
     @cached_property
+    def stores(self) -> Stores:
+        """The process's stores (the one ``Stores`` every entry builds from settings)."""
+        return Stores(self.settings, self.redis)
+
+    @cached_property
     def store(self) -> RunStore:
-        return RunStore(self.redis, keys=self.keys, ttl_seconds=self.settings.run_ttl_seconds,
-                        maxlen=self.settings.events_maxlen, due_seconds=self.settings.due_seconds)
+        return self.stores.runs
+
+    @cached_property
+    def door(self) -> Door:
+        """The door, for the runs a worker makes (a DAG's steps, a thread's follow-ups)."""
+        from reactq.workers.app import app
+
+        def send(task: str, args: list[Any], queue: str = RUNS_QUEUE, *, priority: int | None = None) -> None:
+            options = {"priority": priority} if priority else {}
+            app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
+
+        return Door(self.stores, send)
 
     @cached_property
     def calls(self) -> CallLedger:
@@ -67,7 +83,7 @@ class Runtime:
 
     @cached_property
     def approvals(self) -> ApprovalStore:
-        return approvals_of(self.store)
+        return self.stores.approvals
 
     @cached_property
     def leases(self) -> Leases:
@@ -75,7 +91,15 @@ class Runtime:
 
     @cached_property
     def recorder(self) -> Recorder:
-        return Recorder(self.redis, self.keys)
+        return Recorder(self.redis, self.keys, known=self._registered_names)
+
+    def _registered_names(self) -> dict[str, frozenset[str]]:
+        """The names a metric's ``tool`` and ``model`` labels may carry (``Recorder``)."""
+        return {"tool": frozenset(t.name for t in self.tools), "model": self._model_names}
+
+    @cached_property
+    def _model_names(self) -> frozenset[str]:
+        return frozenset(load_registry(self.settings).list_models())
 
     @cached_property
     def flow(self) -> FlowControl:
@@ -85,46 +109,18 @@ class Runtime:
         tenant's day (sent with the step's next round trip: right after the call, its read of
         interrupts)."""
         r, keys = self.redis, self.keys
+        caps = CapLedger(r, keys, self.settings.run_ttl_seconds)
 
         def on_spend(run_id: str, tokens: int) -> None:
             defer(r, [spend_op(keys, run_id, tokens)])
 
-        tenant_spend = TenantSpend(r, keys)
-        batch_spend = BatchSpend(r, keys, self.settings.run_ttl_seconds)
-
         def on_cost(scope: FlowScope, cost: float) -> None:
-            # The run's dollars, its batch's and its tenant's day (the reservations released),
-            # deferred alike.
             assert scope.member is not None
-            ops = [tenant_spend.settle_op(scope.tenant, scope.member, cost)]
-            if scope.batch_cap is not None:
-                ops.append(batch_spend.settle_op(scope.batch_cap[0], scope.member, cost))
-            if cost and scope.run_id:
-                ops.append(cost_op(keys, scope.run_id, cost))
-            defer(r, ops)
+            caps.settle(scope.caps, tenant=scope.tenant, member=scope.member, run_id=scope.run_id, cost=cost)
 
         def on_reserve(scope: FlowScope, amount: float) -> None:
-            run_id, budget = scope.run_id, scope.cost_budget_usd
-            read = [spending_op(keys, run_id)] if run_id is not None and budget is not None else []
-            # The settles this step still defers go first: the check sees every call before it.
-            replies = execute(r, [*take(), *read])
-            failed(replies[:len(replies) - len(read)])
-            if read and budget is not None:
-                cost = float(checked(replies[-1])[1] or 0.0)
-                if cost >= budget:
-                    raise CostCapReached("run", cost, budget)
             assert scope.member is not None
-            batch = scope.batch_cap
-            if batch is not None:
-                got = batch_spend.reserve(batch[0], scope.member, amount, batch[1])
-                if not got.ok:
-                    raise CostCapReached("batch", got.spent + got.held, batch[1])
-            if scope.cost_per_day_usd is not None:
-                got = tenant_spend.reserve(scope.tenant, scope.member, amount, scope.cost_per_day_usd)
-                if not got.ok:
-                    if batch is not None:
-                        batch_spend.release(batch[0], scope.member)  # the call is not made
-                    raise CostCapReached("tenant", got.spent + got.held, scope.cost_per_day_usd)
+            caps.hold(scope.caps, tenant=scope.tenant, member=scope.member, run_id=scope.run_id, amount=amount)
 
         return FlowControl(limiter=FlowLimiter(r, keys), on_spend=on_spend, on_cost=on_cost, on_reserve=on_reserve,
                            on_event=flow_recorder(self.recorder),

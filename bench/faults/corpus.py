@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 
 MAX_ECHO = 2000
 LONG = "x" * 120_000
@@ -30,7 +30,7 @@ class Case:
     params: dict[str, str] = field(default_factory=dict)
     statuses: tuple[int, ...] = (422,)
 
-    def send(self, client: httpx.Client) -> httpx.Response:
+    def send(self, client: httpx2.Client) -> httpx2.Response:
         kw: dict[str, Any] = {"headers": self.headers, "params": self.params}
         if self.content is not None:
             kw["content"] = self.content
@@ -155,7 +155,7 @@ def all_cases(run: str, dag: str) -> list[Case]:
     return run_cases(run) + batch_cases() + dag_cases(dag)
 
 
-def names_field(res: httpx.Response, fld: str) -> bool:
+def names_field(res: httpx2.Response, fld: str) -> bool:
     """The error (``{"error": {code, message, field?, details?}}``) names ``fld``: as its
     field, a detail's field or location, or in a message."""
     try:
@@ -170,7 +170,7 @@ def names_field(res: httpx.Response, fld: str) -> bool:
     return any(fld == str(n) or fld in str(n).split(".") or fld in str(n or "") for n in named if n)
 
 
-def check(case: Case, res: httpx.Response) -> str | None:
+def check(case: Case, res: httpx2.Response) -> str | None:
     """What is wrong with ``res`` as the answer to ``case``, or None."""
     if res.status_code >= 500:
         return f"{case.name}: {res.status_code}"

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from bench.cluster import Cluster
 from bench.faults.common import BASE_ENV, GatewayProc
@@ -33,7 +33,7 @@ def _snapshot(r: Any) -> dict[bytes, Any]:
 def _http(cl: Cluster) -> dict[str, Any]:
     gw = GatewayProc(cl)
     try:
-        with httpx.Client(base_url=gw.url, timeout=30) as client:
+        with httpx2.Client(base_url=gw.url, timeout=30) as client:
             run = client.post("/v1/runs", json={"query": "a real run"}).json()["run_id"]
             dag = client.post("/v1/dags", json={"goal": "g", "steps": [{"id": "a", "task": "t"}]}).json()["dag_id"]
             r = cl.redis()

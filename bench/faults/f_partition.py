@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import redis
 
 from bench.faults.netns import Topology, netns_missing
@@ -90,7 +90,7 @@ class Partition:
                 "--without-gossip", "-l", "INFO"], env, self.tmp / f"{host}.log", cwd=ROOT)
         t.spawn("gw", [sys.executable, "-m", "uvicorn", "reactq.dispatcher.http:app", "--host", t.ip("gw"),
                        "--port", "8080", "--log-level", "warning"], env, self.tmp / "gw.log", cwd=ROOT)
-        self.api = httpx.Client(base_url=f"http://{t.ip('gw')}:8080", timeout=10)
+        self.api = httpx2.Client(base_url=f"http://{t.ip('gw')}:8080", timeout=10)
         for host in ("w1", "w2"):
             _wait(lambda h=host: " ready." in (self.tmp / f"{h}.log").read_text(errors="replace"), 60, f"{host} ready")
         _wait(lambda: self._gw_up(), 30, "the gateway")
@@ -105,7 +105,7 @@ class Partition:
     def _gw_up(self) -> bool:
         try:
             return self.api.get("/healthz").status_code in (200, 503)
-        except httpx.TransportError:
+        except httpx2.TransportError:
             return False
 
     def _env(self) -> dict[str, str]:

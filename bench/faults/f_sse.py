@@ -18,7 +18,7 @@ import time
 import sys
 from typing import Any
 
-import httpx
+import httpx2
 
 from bench.cluster import Cluster, WorkerSpec
 from bench.faults.common import BASE_ENV, GatewayProc, pct
@@ -32,7 +32,7 @@ QUIET = float(os.environ.get("FAULTS_SSE_QUIET", "20"))
 KEEPALIVE = 5.0
 
 
-async def _watch(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+async def _watch(client: httpx2.AsyncClient, run_id: str) -> dict[str, Any]:
     ids: list[str] = []
     keepalives, done, cur = 0, False, {}
     async with client.stream("GET", f"/v1/runs/{run_id}/events") as res:
@@ -71,8 +71,8 @@ print(json.dumps(times))
 
 
 async def _load(url: str, run_ids: list[str]) -> list[Any]:
-    limits = httpx.Limits(max_connections=CLIENTS + 50, max_keepalive_connections=0)
-    async with httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(120, connect=60), limits=limits) as c:
+    limits = httpx2.Limits(max_connections=CLIENTS + 50, max_keepalive_connections=0)
+    async with httpx2.AsyncClient(base_url=url, timeout=httpx2.Timeout(120, connect=60), limits=limits) as c:
         return await asyncio.gather(*(_watch(c, run_ids[i % len(run_ids)]) for i in range(CLIENTS)),
                                     return_exceptions=True)
 
@@ -80,7 +80,7 @@ async def _load(url: str, run_ids: list[str]) -> list[Any]:
 def _batches(url: str, slow: Scenario) -> None:
     for n in range(6):
         body = "\n".join(json.dumps({"query": f"{slow.query()} batch={n} i={i}"}) for i in range(3))
-        httpx.post(f"{url}/v1/batches", content=body, timeout=30,
+        httpx2.post(f"{url}/v1/batches", content=body, timeout=30,
                    headers={"content-type": "application/x-ndjson"}).raise_for_status()
 
 

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import redis
 
 from reactq.shared.events import Event
@@ -69,9 +69,9 @@ class _Gateway:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                httpx.get(f"http://127.0.0.1:{self.port}/ui/", timeout=1)
+                httpx2.get(f"http://127.0.0.1:{self.port}/ui/", timeout=1)
                 return
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 time.sleep(0.1)
         raise RuntimeError("gateway did not start")
 
@@ -105,7 +105,7 @@ def _resume(store: RunStore, gw: _Gateway) -> dict[str, Any]:
     while not done and reconnects < 20:
         headers = {"Last-Event-ID": last_id} if last_id else {}
         try:
-            with httpx.stream("GET", f"http://127.0.0.1:{gw.port}/v1/runs/{run_id}/events",
+            with httpx2.stream("GET", f"http://127.0.0.1:{gw.port}/v1/runs/{run_id}/events",
                               headers=headers, timeout=10) as res:
                 event_id = None
                 for line in res.iter_lines():
@@ -123,7 +123,7 @@ def _resume(store: RunStore, gw: _Gateway) -> dict[str, Any]:
                             gw.kill()
                             time.sleep(0.3)
                             gw.start()
-        except httpx.HTTPError:
+        except httpx2.HTTPError:
             pass
         reconnects += 0 if done else 1
     return {"published": EVENTS, "received": len(seqs), "duplicates": len(seqs) - len(set(seqs)),
@@ -151,7 +151,7 @@ def run() -> dict[str, Any]:
                 "stale_status": _time(lambda: index.page(RunFilter(status="failed"), limit=50), n=20),
             }}
             gw.start()
-            with httpx.Client(base_url=f"http://127.0.0.1:{gw.port}") as c:
+            with httpx2.Client(base_url=f"http://127.0.0.1:{gw.port}") as c:
                 figures["http_list_ms"] = _time(lambda: c.get("/v1/runs", params={"limit": 50}).raise_for_status())
             figures["resume"] = _resume(store, gw)
             return figures

@@ -4,7 +4,7 @@ talks to Redis and the broker directly).
 
 Rooms: ``sync`` (Client), ``aio`` (AsyncClient), ``routes`` (every operation as a ``Call``,
 shared by both), ``models`` (the answers), ``errors`` (one type per kind of error answer),
-``_core`` (retry rule, backoff, the SSE decoder), ``_http`` (httpx details).
+``_core`` (retry rule, backoff, the SSE decoder), ``_http`` (httpx2 details).
 """
 
 from __future__ import annotations

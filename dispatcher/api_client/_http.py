@@ -1,11 +1,11 @@
-"""httpx details both clients share: building the ``httpx`` client's options, reading an
+"""httpx2 details both clients share: building the ``httpx2`` client's options, reading an
 error answer, and turning transport exceptions into the client's errors."""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
-import httpx
+import httpx2
 
 from reactq.dispatcher.api_client._core import RETRY_STATUSES, Call
 from reactq.dispatcher.api_client.errors import APIConnectionError, APIError, APITimeoutError, error_from_response
@@ -19,20 +19,20 @@ DEFAULT_TIMEOUT = 30.0
 STREAM_READ_TIMEOUT = 60.0
 
 
-def options(base_url: str, api_key: str | None, timeout: float | httpx.Timeout) -> dict[str, Any]:
+def options(base_url: str, api_key: str | None, timeout: float | httpx2.Timeout) -> dict[str, Any]:
     headers = {"User-Agent": "reactq-client", "Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     return {"base_url": base_url.rstrip("/"), "headers": headers,
-            "timeout": timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)}
+            "timeout": timeout if isinstance(timeout, httpx2.Timeout) else httpx2.Timeout(timeout)}
 
 
-def stream_timeout(timeout: httpx.Timeout) -> httpx.Timeout:
-    return httpx.Timeout(timeout.connect, read=max(timeout.read or 0.0, STREAM_READ_TIMEOUT),
+def stream_timeout(timeout: httpx2.Timeout) -> httpx2.Timeout:
+    return httpx2.Timeout(timeout.connect, read=max(timeout.read or 0.0, STREAM_READ_TIMEOUT),
                          write=timeout.write, pool=timeout.pool)
 
 
-def error_of(response: httpx.Response) -> APIError:
+def error_of(response: httpx2.Response) -> APIError:
     """The error an answer with status ≥ 400 stands for (its body must have been read)."""
     try:
         body: Any = response.json()
@@ -41,24 +41,24 @@ def error_of(response: httpx.Response) -> APIError:
     return error_from_response(response.status_code, body, {k.lower(): v for k, v in response.headers.items()})
 
 
-def transport_error(exc: httpx.TransportError) -> APIConnectionError:
-    kind = APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
+def transport_error(exc: httpx2.TransportError) -> APIConnectionError:
+    kind = APITimeoutError if isinstance(exc, httpx2.TimeoutException) else APIConnectionError
     err = kind(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, code="connection_error")
     err.__cause__ = exc
     return err
 
 
-def unsent(exc: httpx.TransportError) -> bool:
+def unsent(exc: httpx2.TransportError) -> bool:
     """Nothing reached the server: every call may be sent again."""
-    return isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+    return isinstance(exc, (httpx2.ConnectError, httpx2.ConnectTimeout))
 
 
-def retryable(call: Call[Any], error: APIError, cause: httpx.TransportError | None) -> bool:
+def retryable(call: Call[Any], error: APIError, cause: httpx2.TransportError | None) -> bool:
     if cause is not None:
         return call.retry or unsent(cause)
     return call.retry and error.status_code in RETRY_STATUSES
 
 
-def parse(call: Call[T], response: httpx.Response) -> T:
+def parse(call: Call[T], response: httpx2.Response) -> T:
     body: Any = response.json() if response.content else {}
     return call.parse(body)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import httpx
+import httpx2
 
 from reactq.dispatcher.api_client import _http, routes
 from reactq.dispatcher.api_client._core import Call, Resume, SSEDecoder, backoff
@@ -26,14 +26,17 @@ from reactq.dispatcher.api_client.models import (
     Approval,
     ApprovalList,
     Batch,
+    BatchFork,
     BatchList,
     Dag,
+    DagFork,
     DagList,
     Eval,
     EvalCases,
     EvalComparison,
     EvalList,
     Interrupt,
+    Fork,
     Run,
     RunList,
     Schedule,
@@ -50,10 +53,10 @@ class AsyncClient:
     """The gateway's HTTP API for asyncio; the options are ``Client``'s."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *,
-                 timeout: float | httpx.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
-                 reconnect_s: float = 60.0, http_client: httpx.AsyncClient | None = None) -> None:
+                 timeout: float | httpx2.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
+                 reconnect_s: float = 60.0, http_client: httpx2.AsyncClient | None = None) -> None:
         opts = _http.options(base_url, api_key, timeout)
-        self._http = http_client or httpx.AsyncClient(**opts)
+        self._http = http_client or httpx2.AsyncClient(**opts)
         self._stream_timeout = _http.stream_timeout(opts["timeout"])
         self.max_retries = max_retries
         self.reconnect_s = reconnect_s
@@ -80,13 +83,13 @@ class AsyncClient:
         attempt = 0
         while True:
             attempt += 1
-            cause: httpx.TransportError | None = None
+            cause: httpx2.TransportError | None = None
             try:
                 res = await self._http.request(call.method, call.path, params=call.query(), json=call.json)
                 if not res.is_error:
                     return _http.parse(call, res)
                 error: APIError = _http.error_of(res)
-            except httpx.TransportError as exc:
+            except httpx2.TransportError as exc:
                 cause, error = exc, _http.transport_error(exc)
             if attempt > self.max_retries or not _http.retryable(call, error, cause):
                 raise error
@@ -111,8 +114,8 @@ class AsyncClient:
                         yield event
                         if event.event == "done":
                             return
-                failure: Exception = _http.transport_error(httpx.RemoteProtocolError("the stream ended before done"))
-            except httpx.TransportError as exc:
+                failure: Exception = _http.transport_error(httpx2.RemoteProtocolError("the stream ended before done"))
+            except httpx2.TransportError as exc:
                 failure = _http.transport_error(exc)
             except APIError as exc:
                 if exc.status_code not in (502, 503, 504):
@@ -165,6 +168,15 @@ class AsyncRuns(_Resource):
         return await self._c.call(routes.run_approvals(run_id))
 
 
+    async def fork(self, run_id: str, *, from_: str | int | None = None, edit: dict[str, Any] | None = None,
+             reuse: str | None = None, dry_run: bool = False, idempotency_key: str | None = None,
+             webhook: dict[str, Any] | None = None) -> Fork:
+        """Fork an ended run from ``from_`` (``last_failure``, ``last_turn`` or a turn number);
+        ``dry_run``: the plan only, nothing created."""
+        fields = dict(edit=edit, reuse=reuse, dry_run=dry_run or None, idempotency_key=idempotency_key,
+                      webhook=webhook)
+        return await self._c.call(routes.fork_run(run_id, from_, fields))
+
 class AsyncDags(_Resource):
     async def create(self, request: Body = None, /, **fields: Any) -> Dag:
         return await self._c.call(routes.create_dag(request, fields))
@@ -186,6 +198,10 @@ class AsyncDags(_Resource):
         return await self._c.call(routes.interrupt_dag(dag_id, content))
 
 
+    async def fork(self, dag_id: str) -> DagFork:
+        """A new DAG: succeeded steps kept, failed steps re-run as forks of their runs."""
+        return await self._c.call(routes.fork_dag(dag_id))
+
 class AsyncBatches(_Resource):
     async def create(self, requests: Sequence[Any], *, concurrency: int | None = None,
                      token_budget: int | None = None) -> Batch:
@@ -201,6 +217,12 @@ class AsyncBatches(_Resource):
     async def cancel(self, batch_id: str) -> Batch:
         return await self._c.call(routes.cancel_batch(batch_id))
 
+
+    async def fork(self, batch_id: str, *, status: builtins.list[str] | None = None, from_: str | int | None = None,
+             reuse: str | None = None, edit: dict[str, Any] | None = None, dry_run: bool = False) -> BatchFork:
+        """A new batch: lines of ``status`` (default failed) forked from their runs, the others kept."""
+        fields = dict(status=status, reuse=reuse, edit=edit, dry_run=dry_run or None)
+        return await self._c.call(routes.fork_batch(batch_id, from_, fields))
 
 class AsyncThreads(_Resource):
     async def get(self, thread_id: str, *, tenant: str | None = None) -> Thread:

@@ -255,3 +255,34 @@ __all__ = ["TERMINAL", "ApiKey", "ApiKeyList", "Approval", "ApprovalList", "Batc
            "Eval", "EvalCases", "EvalComparison", "EvalList",
            "DagList", "Interrupt", "Page", "Run", "RunList", "RunRow", "Schedule", "ScheduleList",
            "StreamEvent", "Thread", "ThreadRun"]
+
+
+class Fork(_Model):
+    """``POST /v1/runs/{id}/fork``: the fork (``run_id`` is None for a dry run) and its plan."""
+
+    run_id: str | None = None
+    forked_from: dict[str, Any] | None = None
+    """``{run_id, turn}``: the parent and the fork's first turn."""
+    plan: dict[str, Any] = Field(default_factory=dict)
+    """``{turn, history_messages, calls: [{turn, tool_call_id, tool_name, args_digest, idempotent,
+    ledger, if_repeated}]}``."""
+    created: bool | None = None
+
+
+class BatchFork(_Model):
+    """``POST /v1/batches/{id}/fork``: the new batch (None for a dry run) and its counts."""
+
+    batch_id: str | None = None
+    forked_from: str | None = None
+    forked: int = 0
+    kept: int = 0
+    plans: dict[str, Any] | None = None
+
+
+class DagFork(_Model):
+    """``POST /v1/dags/{id}/fork``: the new DAG, the steps it keeps and those it re-runs."""
+
+    dag_id: str
+    forked_from: str | None = None
+    kept: list[str] = Field(default_factory=list)
+    rerun: list[str] = Field(default_factory=list)

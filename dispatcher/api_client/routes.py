@@ -16,13 +16,16 @@ from reactq.dispatcher.api_client.models import (
     Approval,
     ApprovalList,
     Batch,
+    BatchFork,
     BatchList,
     Dag,
+    DagFork,
     DagList,
     Eval,
     EvalCases,
     EvalComparison,
     EvalList,
+    Fork,
     Interrupt,
     Run,
     RunList,
@@ -226,3 +229,30 @@ def list_keys() -> Call[ApiKeyList]:
 
 def revoke_key(key_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/keys/{_p(key_id)}", lambda _: None, retry=True)
+
+
+# -- forks ----------------------------------------------------------------------------------------
+
+def fork_fields(from_: str | int | None, fields: dict[str, Any]) -> dict[str, Any]:
+    """A fork request's fields (``from_`` is sent as ``from``; None values left out)."""
+    body = {k: v for k, v in fields.items() if v is not None}
+    if from_ is not None:
+        body["from"] = from_
+    return body
+
+
+def fork_run(run_id: str, from_: str | int | None, fields: dict[str, Any]) -> Call[Fork]:
+    body = fork_fields(from_, fields)
+    if not body.get("dry_run"):
+        body = with_idempotency_key(body)  # a retry answers the same fork
+    return Call("POST", f"/v1/runs/{_p(run_id)}/fork", Fork.model_validate, json=body, retry=True)
+
+
+def fork_batch(batch_id: str, from_: str | int | None, fields: dict[str, Any]) -> Call[BatchFork]:
+    # The same request answers the same batch: safe to retry.
+    return Call("POST", f"/v1/batches/{_p(batch_id)}/fork", BatchFork.model_validate,
+                json=fork_fields(from_, fields), retry=True)
+
+
+def fork_dag(dag_id: str) -> Call[DagFork]:
+    return Call("POST", f"/v1/dags/{_p(dag_id)}/fork", DagFork.model_validate, json={}, retry=True)

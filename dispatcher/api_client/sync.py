@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-import httpx
+import httpx2
 
 from reactq.dispatcher.api_client import _http, routes
 from reactq.dispatcher.api_client._core import Call, Resume, SSEDecoder, backoff
@@ -27,14 +27,17 @@ from reactq.dispatcher.api_client.models import (
     Approval,
     ApprovalList,
     Batch,
+    BatchFork,
     BatchList,
     Dag,
+    DagFork,
     DagList,
     Eval,
     EvalCases,
     EvalComparison,
     EvalList,
     Interrupt,
+    Fork,
     Run,
     RunList,
     Schedule,
@@ -53,10 +56,10 @@ class Client:
     ``reconnect_s``: how long a stream keeps reconnecting after its connection broke."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *,
-                 timeout: float | httpx.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
-                 reconnect_s: float = 60.0, http_client: httpx.Client | None = None) -> None:
+                 timeout: float | httpx2.Timeout = _http.DEFAULT_TIMEOUT, max_retries: int = 2,
+                 reconnect_s: float = 60.0, http_client: httpx2.Client | None = None) -> None:
         opts = _http.options(base_url, api_key, timeout)
-        self._http = http_client or httpx.Client(**opts)
+        self._http = http_client or httpx2.Client(**opts)
         self._stream_timeout = _http.stream_timeout(opts["timeout"])
         self.max_retries = max_retries
         self.reconnect_s = reconnect_s
@@ -83,13 +86,13 @@ class Client:
         attempt = 0
         while True:
             attempt += 1
-            cause: httpx.TransportError | None = None
+            cause: httpx2.TransportError | None = None
             try:
                 res = self._http.request(call.method, call.path, params=call.query(), json=call.json)
                 if not res.is_error:
                     return _http.parse(call, res)
                 error: APIError = _http.error_of(res)
-            except httpx.TransportError as exc:
+            except httpx2.TransportError as exc:
                 cause, error = exc, _http.transport_error(exc)
             if attempt > self.max_retries or not _http.retryable(call, error, cause):
                 raise error
@@ -111,8 +114,8 @@ class Client:
                         yield event
                         if event.event == "done":
                             return
-                failure: Exception = _http.transport_error(httpx.RemoteProtocolError("the stream ended before done"))
-            except httpx.TransportError as exc:
+                failure: Exception = _http.transport_error(httpx2.RemoteProtocolError("the stream ended before done"))
+            except httpx2.TransportError as exc:
                 failure = _http.transport_error(exc)
             except APIError as exc:
                 if exc.status_code not in (502, 503, 504):
@@ -167,6 +170,15 @@ class Runs(_Resource):
         return self._c.call(routes.run_approvals(run_id))
 
 
+    def fork(self, run_id: str, *, from_: str | int | None = None, edit: dict[str, Any] | None = None,
+             reuse: str | None = None, dry_run: bool = False, idempotency_key: str | None = None,
+             webhook: dict[str, Any] | None = None) -> Fork:
+        """Fork an ended run from ``from_`` (``last_failure``, ``last_turn`` or a turn number);
+        ``dry_run``: the plan only, nothing created."""
+        fields = dict(edit=edit, reuse=reuse, dry_run=dry_run or None, idempotency_key=idempotency_key,
+                      webhook=webhook)
+        return self._c.call(routes.fork_run(run_id, from_, fields))
+
 class Dags(_Resource):
     def create(self, request: Body = None, /, **fields: Any) -> Dag:
         return self._c.call(routes.create_dag(request, fields))
@@ -187,6 +199,10 @@ class Dags(_Resource):
         return self._c.call(routes.interrupt_dag(dag_id, content))
 
 
+    def fork(self, dag_id: str) -> DagFork:
+        """A new DAG: succeeded steps kept, failed steps re-run as forks of their runs."""
+        return self._c.call(routes.fork_dag(dag_id))
+
 class Batches(_Resource):
     def create(self, requests: Sequence[Any], *, concurrency: int | None = None,
                token_budget: int | None = None) -> Batch:
@@ -202,6 +218,12 @@ class Batches(_Resource):
     def cancel(self, batch_id: str) -> Batch:
         return self._c.call(routes.cancel_batch(batch_id))
 
+
+    def fork(self, batch_id: str, *, status: builtins.list[str] | None = None, from_: str | int | None = None,
+             reuse: str | None = None, edit: dict[str, Any] | None = None, dry_run: bool = False) -> BatchFork:
+        """A new batch: lines of ``status`` (default failed) forked from their runs, the others kept."""
+        fields = dict(status=status, reuse=reuse, edit=edit, dry_run=dry_run or None)
+        return self._c.call(routes.fork_batch(batch_id, from_, fields))
 
 class Threads(_Resource):
     def get(self, thread_id: str, *, tenant: str | None = None) -> Thread:

@@ -30,7 +30,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, TooManyRequests
 from reactq.shared.requests import RunRequest
 from reactq.shared.tenancy import DEFAULT_TENANT
-from reactq.shared.wire import ITERATE
+from reactq.shared.service import Origin
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +140,11 @@ class BatchDriver:
         [[raw]] = d.store.fields_of([run_id], "status")
         if raw is None:
             log.warning("run %s was never stored (an earlier attempt died in submit); storing it", run_id)
-            d.store.create(run_id, req.model_dump(mode="json"), batch_id=self.batch_id, tenant=self.tenant,
-                           batch_cost_budget_usd=self.cost_budget_usd, replay=replay)
-        elif raw != "queued":
-            return
-        d.send(ITERATE, [run_id, 0])
+            origin = Origin("batch", batch_id=self.batch_id, batch_cost_budget_usd=self.cost_budget_usd,
+                            replay=replay)
+            d.door.create_run(req, tenant=self.tenant, origin=origin, run_id=run_id)
+        elif raw == "queued":
+            d.door.start_run(run_id, req.priority)
 
     def _poll(self, inflight: dict[str, BatchItem]) -> list[tuple[str, dict[str, Any] | None, str]]:
         """Runs that ended since the last tick: ``(run_id, result, status)``."""

@@ -74,8 +74,12 @@ class BatchStore:
 
     def create(self, items: list[BatchItem], concurrency: int, token_budget: int | None = None, *,
                tenant: str = DEFAULT_TENANT, cost_budget_usd: float | None = None,
-               webhook: dict[str, Any] | None = None) -> str:
-        batch_id = uuid.uuid4().hex
+               webhook: dict[str, Any] | None = None, batch_id: str | None = None,
+               results: list[dict[str, Any]] | None = None, forked_from: str | None = None) -> str:
+        """A new batch (``batch_id``: its id, else a new one). A fork of a batch
+        (``dispatcher/batch/fork.py``) names ``forked_from`` and brings the ``results`` of the
+        lines it keeps: written with the batch, so its driver never submits them."""
+        batch_id = batch_id or uuid.uuid4().hex
         now = f"{time.time():.6f}"
         batch_index(self.r, self.keys, self.ttl).add(batch_id, float(now))  # before the batch
         self.r.hset(self.keys.batch(batch_id), mapping={
@@ -85,6 +89,8 @@ class BatchStore:
             "items": json.dumps([it.to_dict() for it in items], ensure_ascii=False),
             **({"token_budget": token_budget} if token_budget is not None else {}),
             **({"webhook": json.dumps(webhook)} if webhook is not None else {}),
+            **({"forked_from": forked_from} if forked_from else {}),
+            **{f"result:{res['line']}": json.dumps(res, ensure_ascii=False) for res in results or []},
         })
         return batch_id
 

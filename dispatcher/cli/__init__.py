@@ -41,7 +41,7 @@ from typing import Any
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import approvals, batches, keys, listing, ops, runs, schedules, threads
+from reactq.dispatcher.cli import approvals, batches, forks, keys, listing, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -51,15 +51,17 @@ app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs
 #: Commands whose first argument may be a verb acting on a stored object by its id; without
 #: one, the command does its own work (``dag PLAN.json``, ``batch FILE``). "module:function".
 VERBS: dict[str, dict[str | None, str]] = {
-    "dag": {None: "dags:dag", "status": "dag_ids:status", "watch": "dag_ids:watch", "cancel": "dag_ids:cancel"},
-    "batch": {None: "batches:batch", "status": "batches:status", "cancel": "batches:cancel"},
+    "dag": {None: "dags:dag", "status": "dag_ids:status", "watch": "dag_ids:watch", "cancel": "dag_ids:cancel",
+            "fork": "forks:dag_fork"},
+    "batch": {None: "batches:batch", "status": "batches:status", "cancel": "batches:cancel",
+              "fork": "forks:batch_fork"},
     "eval": {None: "evals:run_eval", "show": "evals:show", "compare": "evals:compare"},
 }
 _VERB_HELP = {
     "dag": "Run a DAG ('reactq dag PLAN.json' or 'reactq dag --goal TEXT'), or act on one: "
-           "'reactq dag status|watch|cancel DAG_ID'.",
+           "'reactq dag status|watch|cancel|fork DAG_ID'.",
     "batch": "Run a JSONL file of runs here ('reactq batch FILE -o OUT'), or act on an HTTP batch: "
-             "'reactq batch status|cancel BATCH_ID'.",
+             "'reactq batch status|cancel|fork BATCH_ID'.",
     "eval": "Run a dataset of cases and score every run ('reactq eval DATASET.jsonl'), or read evals: "
             "'reactq eval show ID', 'reactq eval compare A B'.",
 }
@@ -109,6 +111,7 @@ _PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}  # ar
 # Registered in the order `reactq --help` lists them.
 for run_command in (runs.run, runs.watch, runs.interrupt, runs.cancel, runs.status):
     app.command()(run_command)
+app.command("fork")(forks.fork)
 app.command("runs")(listing.runs)
 for name in VERBS:
     app.command(name, context_settings=_PASS_THROUGH, add_help_option=False)(verb_command(name))

@@ -108,7 +108,10 @@ def _run(dataset: Path, spec: Any) -> tuple[dict[str, Any], list[dict[str, Any]]
     if not prepared.cases:
         fail(f"{dataset}: no valid case to run")
     ensure_local_workers(s, d)
-    eval_id, batch_id = start_eval(d, evals, batches, prepared, spec, tenant=DEFAULT_TENANT)
+    try:
+        eval_id, batch_id = start_eval(d, evals, batches, prepared, spec, tenant=DEFAULT_TENANT)
+    except RequestError as exc:
+        fail(f"{exc.field}: {exc}" if exc.field else str(exc))
     holder = holder_name()
     batches.claim(batch_id, holder)
     err.print(f"eval {eval_id} (batch {batch_id}): {len(prepared.items)} cases")

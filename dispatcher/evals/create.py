@@ -21,6 +21,7 @@ from reactq.shared.errors import RequestError
 from reactq.shared.evals.cases import EvalCase, InvalidCase, parse_case, parse_case_line, run_fields
 from reactq.shared.evals.scoring import JUDGE, load_evaluators, resolve
 from reactq.shared.stores.evals import EvalStore
+from reactq.shared.stores.keys import Caller
 
 
 @dataclass
@@ -115,21 +116,25 @@ def attach_replay(prepared: Prepared, spec: EvalOptions, evals: EvalStore) -> No
 
 
 def submit_eval_batch(d: Any, batches: BatchStore, items: list[BatchItem], *, concurrency: int, tenant: str,
-                      eval_id: str) -> str:
-    """The eval's cases enter as one batch, through the path every HTTP batch takes (its runs
-    are submitted by the batch's driver, each through the dispatcher's admission)."""
+                      eval_id: str, caller: Caller | None = None) -> str:
+    """The eval's cases enter as one batch, through the path every HTTP batch takes: the
+    door's checks of its lines up front (``Door.check_batch``: the scopes they need, the
+    dollar-cap rule), then the stored batch, whose driver submits each line through the door.
+    Raises ``RequestError`` (422) or ``Forbidden`` (403)."""
+    d.door.check_batch([it.request for it in items if it.request is not None], tenant=tenant, caller=caller,
+                       batch_cap=None)
     batch_id = batches.create(items, concurrency, tenant=tenant)
     batches.r.hset(batches.keys.batch(batch_id), "eval_id", eval_id)
     return batch_id
 
 
 def start_eval(d: Any, evals: EvalStore, batches: BatchStore, prepared: Prepared, spec: EvalOptions, *,
-               tenant: str) -> tuple[str, str]:
+               tenant: str, caller: Caller | None = None) -> tuple[str, str]:
     """Store the eval and its batch; returns (eval_id, batch_id). The caller drives it."""
     eval_id = uuid.uuid4().hex
     attach_replay(prepared, spec, evals)
     batch_id = submit_eval_batch(d, batches, prepared.items, concurrency=spec.concurrency, tenant=tenant,
-                                 eval_id=eval_id)
+                                 eval_id=eval_id, caller=caller)
     config = spec.model_dump(mode="json", include={"evaluators", "model", "judge_model", "system_prompt",
                                                    "replay_from", "live_tools", "concurrency"})
     evals.create(eval_id, batch_id=batch_id, name=spec.name, tenant=tenant, config=config,

@@ -22,7 +22,7 @@ from reactq.dispatcher.http import runs_index as runs_index_http
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http import evals as evals_http
 from reactq.dispatcher.http import ui as ui_http
-from reactq.dispatcher.http import approvals, batches, dags, errors, keys, openapi, ops, runs, schedules, webhooks
+from reactq.dispatcher.http import approvals, batches, dags, errors, forks, keys, openapi, ops, runs, schedules, webhooks
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.auth import KeyAuth
 from reactq.dispatcher.http.middleware import BodyLimit, StrictJson
@@ -34,7 +34,7 @@ from reactq.shared.settings import Settings
 log = logging.getLogger("reactq.http")
 
 
-ROUTERS: list[APIRouter] = [runs.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
+ROUTERS: list[APIRouter] = [runs.router, forks.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
                             flow_http.router, schedules.router, approvals.router, webhooks.router, evals_http.router]
 

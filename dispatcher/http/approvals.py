@@ -16,7 +16,6 @@ from fastapi import APIRouter, Body, Query
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
-from reactq.dispatcher.approvals import decide
 from reactq.dispatcher.http.errors import conflict, field_error, not_found, responses
 from reactq.dispatcher.http.auth import ApprovalWrite, Caller, RunRead, need
 from reactq.dispatcher.http.gateway import GatewayDep, IdPath
@@ -43,7 +42,8 @@ def decide_approval(run_id: ApprovalWrite, approval_id: IdPath, gw: GatewayDep,
                     body: dict[str, Any] = Body(...)) -> Any:
     """Approve, edit, reject or respond; once, for the arguments the decider saw. An unknown
     run or approval is a 404 whatever the body says."""
-    handle = gw.dispatcher.handle(run_id)  # 404 for an unknown run
+    door = gw.dispatcher.door
+    door.store.status(run_id)  # 404 for an unknown run
     if gw.dispatcher.approvals.get(run_id, approval_id) is None:
         return not_found(f"run {run_id} has no approval {approval_id}")
     try:
@@ -51,8 +51,8 @@ def decide_approval(run_id: ApprovalWrite, approval_id: IdPath, gw: GatewayDep,
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from exc
     try:
-        return decide(handle.d, run_id, approval_id, req.decision, args_digest=req.args_digest,
-                      args=req.args, message=req.message, by=req.by)
+        return door.decide_approval(run_id, approval_id, req.decision, args_digest=req.args_digest,
+                                    args=req.args, message=req.message, by=req.by)
     except ApprovalConflict as exc:
         return conflict(str(exc))
     except RequestError as exc:

@@ -21,12 +21,12 @@ from reactq.dispatcher.http.errors import field_error, not_found, responses
 from reactq.dispatcher.http.auth import BatchRead, Caller, need
 from reactq.dispatcher.http.gateway import CursorQuery, GatewayDep, LimitQuery
 from reactq.dispatcher.http.middleware import LINE_TYPES
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import Forbidden, RequestError
 from reactq.shared.inputs import decode_utf8
 from reactq.shared.api.dags import BatchCreated, BatchPage, BatchStatus, BatchStatusName
-from reactq.shared.requests import RunRequest, WebhookSpec, check_priced
+from reactq.shared.requests import RunRequest, WebhookSpec
 from reactq.shared.stores.listing import batch_index, batch_row
-from reactq.dispatcher.webhooks import check_webhook
+from reactq.shared.service.webhooks import check_webhook
 
 router = APIRouter(tags=["batches"])
 
@@ -77,7 +77,7 @@ async def create_batch(request: Request, gw: GatewayDep, caller: Annotated[Calle
     concurrency = body_concurrency or concurrency
     cost_cap = body_cost or cost_budget_usd
     items = mark_duplicates(items)
-    if cost_cap is not None and (refused := await asyncio.to_thread(_unpriced, d, items)) is not None:
+    if (refused := await asyncio.to_thread(_refused, d, items, caller, cost_cap)) is not None:
         return refused
     store = gw.batches
     batch_id = await asyncio.to_thread(store.create, items, concurrency, body_budget or token_budget,
@@ -116,14 +116,16 @@ def get_batch(batch_id: BatchRead, gw: GatewayDep,
     return view
 
 
-def _unpriced(d: Any, items: list[Any]) -> JSONResponse | None:
-    """A dollar cap over a line whose model has no price: 422 (the cap would not hold)."""
-    specs = d.model_specs()
-    for model in dict.fromkeys(it.request.model for it in items if it.request is not None):
-        try:
-            check_priced("cost_budget_usd", model, specs)
-        except RequestError as exc:
-            return field_error(exc.field, str(exc))
+def _refused(d: Any, items: list[Any], caller: Caller, cost_cap: float | None) -> JSONResponse | None:
+    """The door's checks of the lines up front (``Door.check_batch``): a scope a line needs
+    (403, raised), a dollar cap over a model with no price (422: the cap would not hold)."""
+    try:
+        d.door.check_batch([it.request for it in items if it.request is not None], tenant=caller.tenant,
+                           caller=caller, batch_cap=cost_cap)
+    except Forbidden:
+        raise
+    except RequestError as exc:
+        return field_error(exc.field, str(exc))
     return None
 
 

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from reactq.shared.api.errors import ErrorResponse, error_body, validation_body
 from reactq.shared.api.runs import InterruptAccepted
-from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
+from reactq.shared.errors import Forbidden, ForkConflict, RequestError, RunNotFound, TooManyRequests
 
 log = logging.getLogger("reactq.http")
 
@@ -55,14 +55,6 @@ def field_error(field: str | None, msg: str, *, where: str | None = "body", stat
     if field:
         detail["field"] = field
     return error_response(status, msg, field=field, details=[detail])
-
-
-class Forbidden(Exception):
-    """The caller's key lacks ``scope`` (HTTP 403 naming it)."""
-
-    def __init__(self, scope: str) -> None:
-        super().__init__(f"this API key lacks the scope {scope!r}")
-        self.scope = scope
 
 
 def forbidden(scope: str) -> JSONResponse:
@@ -163,6 +155,10 @@ async def _internal(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, "internal error (the gateway logged it)")
 
 
+async def _fork_conflict(_: Request, exc: Exception) -> JSONResponse:
+    return conflict(str(exc))
+
+
 def install(app: FastAPI) -> None:
     """Register the gateway's exception handlers on ``app``."""
     handlers: list[tuple[type[Exception], Any]] = [
@@ -170,6 +166,7 @@ def install(app: FastAPI) -> None:
         # A cluster client that reaches no node raises this (not a ConnectionError).
         (redis.exceptions.RedisClusterException, _redis_down),
         (RunNotFound, _not_found), (RequestError, _request_error), (Forbidden, _forbidden),
+        (ForkConflict, _fork_conflict),
         (RequestValidationError, _validation), (StarletteHTTPException, _http),
         (ResponseValidationError, _internal), (Exception, _internal),
     ]

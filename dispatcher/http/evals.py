@@ -64,7 +64,10 @@ def _create(gw: Any, body: EvalIn, caller: Caller) -> Any:
     except RequestError as exc:
         return field_error(exc.field, str(exc))
     prepared = prepare(d, parse_objects(body.cases), body)
-    eval_id, batch_id = start_eval(d, gw.evals, gw.batches, prepared, body, tenant=caller.tenant)
+    try:
+        eval_id, batch_id = start_eval(d, gw.evals, gw.batches, prepared, body, tenant=caller.tenant, caller=caller)
+    except RequestError as exc:  # the door's checks of the lines (a Forbidden is raised: 403)
+        return field_error(exc.field, str(exc))
     gw.batches.claim(batch_id, gw.holder)
     return eval_id, batch_id, {"total": len(prepared.items), "invalid": prepared.invalid}
 

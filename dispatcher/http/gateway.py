@@ -72,7 +72,7 @@ class Gateway:
 
     @cached_property
     def dags(self) -> DagDispatcher:
-        return self._dags or DagDispatcher(self.settings, redis_client=self.dispatcher.redis)
+        return self._dags or DagDispatcher(self.settings, runs=self.dispatcher)
 
     @property
     def keys(self) -> Any:

@@ -28,7 +28,7 @@ from reactq.shared.api.runs import (
     ThreadInjected,
 )
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
+from reactq.shared.errors import Forbidden, RequestError, RunNotFound, TooManyRequests
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.records import run_record
 
@@ -44,11 +44,11 @@ def create_run(req: RunRequest, gw: GatewayDep, caller: Annotated[Caller, need("
     going, ``multitask_strategy`` decides: ``inject`` answers ``ThreadInjected`` (the active
     run takes the query), ``reject`` a 409, the others queue a new run."""
     try:
-        handle = gw.dispatcher.submit(req, tenant=caller.tenant)
+        handle = gw.dispatcher.submit(req, tenant=caller.tenant, caller=caller)
     except ThreadBusy as exc:
         return threads_http.busy_reply(exc)
-    except TooManyRequests:
-        raise  # 429 with Retry-After (the error handler)
+    except (TooManyRequests, Forbidden):
+        raise  # 429 with Retry-After, 403 naming the scope (the error handlers)
     except RequestError as exc:
         return field_error(exc.field, str(exc))
     except ValidationError as exc:
@@ -84,16 +84,16 @@ def interrupt_run(run_id: RunWrite, body: InterruptIn, gw: GatewayDep) -> Any:
     status = gw.dispatcher.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
         return conflict(f"run {run_id} has already ended ({status})", status=status)
-    return interrupt_reply(lambda: gw.dispatcher.handle(run_id).interrupt(body.content), "run_id")
+    return interrupt_reply(lambda: gw.dispatcher.door.interrupt_run(run_id, body.content), "run_id")
 
 
 @router.post("/v1/runs/{run_id}/cancel", status_code=202, response_model=RunCancelling,
              responses=responses(404, 409))
 def cancel_run(run_id: RunWrite, gw: GatewayDep) -> Any:
     """Stop the run at its next step boundary (it ends ``cancelled``); 409 once it ended."""
-    handle = gw.dispatcher.handle(run_id)
-    status = handle.status()["status"]
+    door = gw.dispatcher.door
+    status = door.store.status(run_id)["status"]
     if status in TERMINAL_STATUSES:
         return conflict(f"run {run_id} has already ended ({status})", status=status)
-    handle.cancel()
-    return RunCancelling(run_id=run_id, status=handle.status()["status"])
+    door.cancel_run(run_id)
+    return RunCancelling(run_id=run_id, status=door.store.status(run_id)["status"])

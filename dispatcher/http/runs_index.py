@@ -1,8 +1,8 @@
 """``GET /v1/runs``: the run listing, a FastAPI ``router`` that the gateway includes.
 
-``GET /v1/runs?status=&batch_id=&thread_id=&schedule_id=&limit=&cursor=`` → ``RunPage``
+``GET /v1/runs?status=&batch_id=&thread_id=&schedule_id=&forked_from=&limit=&cursor=`` → ``RunPage``
 (``{runs: [{run_id, status, model, query (its first 200 characters), iterations, usage,
-created_at, updated_at, batch_id, thread_id, schedule_id, scheduled_for}], next_cursor}``),
+created_at, updated_at, batch_id, thread_id, schedule_id, scheduled_for, forked_from}], next_cursor}``),
 newest first; ``next_cursor`` is null on the last page.
 ``GET /v1/runs/{id}/summary`` → one such row with the whole query (404 when gone).
 Bad filters → 422 naming the parameter. The listing reads the index that the run store's
@@ -54,16 +54,18 @@ async def list_runs(
     batch_id: IdQuery = None,
     thread_id: ThreadIdQuery = None,
     schedule_id: IdQuery = None,
+    forked_from: IdQuery = None,
     limit: LimitQuery = 50,
     cursor: CursorQuery = None,
 ) -> Any:
-    """Runs, newest first, filtered by status / batch / thread / schedule, a page at a time."""
+    """Runs, newest first, filtered by status / batch / thread / schedule / parent (the forks
+    of a run), a page at a time."""
     index = _index(request)
     try:
         # An admin lists every tenant's runs; any other key its own tenant's.
         tenant = None if caller.admin else caller.tenant
         return await asyncio.to_thread(index.page, RunFilter(status, batch_id, thread_id, schedule_id,
-                                                             tenant=tenant),
+                                                             tenant=tenant, forked_from=forked_from),
                                        limit=limit, cursor=cursor)
     except RequestError as exc:
         return field_error(exc.field or "cursor", str(exc), where="query")

@@ -16,11 +16,11 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from reactq.dispatcher.http.errors import conflict, field_error, responses
-from reactq.dispatcher.http.auth import Caller, ScheduleRead, ScheduleWrite, need
+from reactq.dispatcher.http.auth import Caller, ScheduleRead, ScheduleWrite, caller_of, need
 from reactq.dispatcher.http.gateway import GatewayDep
 from reactq.dispatcher.schedules import ScheduleExists, Schedules
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import Forbidden, RequestError
 from reactq.shared.schedule.models import MAX_PREVIEW, PREVIEW, ScheduleRequest, SchedulePatch
 from reactq.shared.schedule.times import parse_instant
 
@@ -42,9 +42,11 @@ def create_schedule(req: ScheduleRequest, request: Request, gw: GatewayDep,
     """A new schedule of the caller's tenant → ``{schedule_id, next_fire_times: [5 × ISO-8601
     UTC], …}``."""
     try:
-        return _schedules(request, gw).create(req, caller.tenant)
+        return _schedules(request, gw).create(req, caller.tenant, caller)
     except ScheduleExists as exc:
         return conflict(str(exc))
+    except Forbidden:
+        raise  # 403 naming the scope the schedule's run needs
     except RequestError as exc:
         return field_error(exc.field, str(exc))
 
@@ -82,9 +84,11 @@ def get_schedule(schedule: ScheduleRead, request: Request, gw: GatewayDep,
 def patch_schedule(schedule: ScheduleWrite, patch: SchedulePatch, request: Request, gw: GatewayDep) -> Any:
     """Change fields (``paused: true|false`` pauses and resumes); the whole schedule back."""
     try:
-        return _schedules(request, gw).patch(schedule.schedule_id, patch, schedule.tenant)
+        return _schedules(request, gw).patch(schedule.schedule_id, patch, schedule.tenant, caller_of(request))
     except ValidationError as exc:
         raise RequestValidationError(exc.errors(include_url=False)) from exc
+    except Forbidden:
+        raise
     except RequestError as exc:
         return field_error(exc.field, str(exc))
 

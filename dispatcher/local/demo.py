@@ -32,6 +32,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -140,6 +141,7 @@ def run_batch(dispatcher: Any, questions: list[dict[str, Any]], output: Path, *,
                        "usage": res.get("usage"), "elapsed": res.get("elapsed"), "error": res.get("error"),
                        "right": is_right(q, res.get("answer"))}
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                row["request"] = {k: v for k, v in q.items() if k not in ("id", "expect")}
                 out.flush()
                 del pending[run_id]
                 yield row
@@ -326,12 +328,32 @@ def _ask_samples(d: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def own_question(rows: list[dict[str, Any]], reactq: str) -> str | None:
+    """A ``reactq run`` command for a question this demo just saw answered right, with the
+    tool and mode it was asked with; None when no answer was right (nothing is suggested
+    that the model was not seen to answer)."""
+    for row in rows:
+        if row.get("right") and row.get("request"):
+            req = row["request"]
+            words = [reactq, "run", shlex.quote(req["query"])]
+            if req.get("tools"):
+                words += ["--tools", ",".join(req["tools"])]
+            if req.get("mode") and req["mode"] != "auto":
+                words += ["--mode", req["mode"]]
+            return " ".join(words)
+    return None
+
+
 def _finish(rows: list[dict[str, Any]], flower: str | None, viewer: str | None, *, keep: bool) -> None:
     """What to do next, as commands that work as printed; with ``keep``, wait for Ctrl-C."""
     reactq = reactq_command()
     if rows:
         say(f"Replay a run's events: {reactq} watch {rows[0]['run_id']}")
-    say(f"Ask your own question:  {reactq} run \"what is 17*23?\"")
+    suggestion = own_question(rows, reactq)
+    if suggestion:
+        say(f"Ask a question yourself: {suggestion}")
+    say("The bundled model is small and often wrong on questions of its own: "
+        "set OPENAI_API_KEY or REACTQ_MODELS for a real one.")
     if flower and keep:
         say(f"Flower: {flower}")
     if viewer:

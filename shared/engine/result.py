@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from reactq.shared.engine.callevents import turn_fields
 from reactq.shared.engine.recorded import turn_view
 from reactq.shared.engine.state import RunState
 
@@ -84,6 +85,8 @@ def turn_summary(state: RunState) -> dict[str, Any]:
         "calls": [c.model_dump() for c in state.pending_calls],
         "tool_names": run_tool_names(state),
         "metadata": state.metadata,
+        "tenant": state.tenant,
+        **turn_fields(state.iteration, state.held_calls, state.tools_started_at),
     }
     if state.approval is not None:
         turn["approval"] = state.approval

@@ -60,6 +60,9 @@ class ToolOutcome(BaseModel):
     """The arguments a person approved in place of the model's (an edit)."""
     ask: str | None = None
     """Set by a PreToolUse hook's ``ask``: the call was not run, it waits for a person."""
+    announced: bool = False
+    """Its ``iteration done`` is already on the stream (a turn where a call may wait publishes
+    each call's as it completes); the fan-in does not publish it again."""
     reused: bool = False
     """Answered from a recorded ledger (``engine/recorded.py``): the tool was not executed."""
 
@@ -113,6 +116,9 @@ class RunState(BaseModel):
     """The turn's calls past the cap: answered with an error observation, never run."""
     pending_reasoning: str = ""
     tools_started_at: float = 0.0
+    held_calls: list[str] = Field(default_factory=list)
+    """Ids of the turn's calls that may wait for a person (``approval.may_wait``): no
+    ``iteration start`` at dispatch; whoever runs the call publishes it, once it runs."""
     answer: str | None = None
     """The loop's own (brief) answer; the synthesis falls back to it."""
     final_answer: str | None = None
@@ -152,8 +158,13 @@ class RunState(BaseModel):
     """The failed attempts and the validator's errors, which the next attempt sees."""
     answer_guarded: bool = False
     """An ANSWER guardrail checks the answer: no unchecked text ends up in ``done``."""
+    answer_ready: bool = False
+    """The answer is ``answer`` as it is, with no model call left (the budget's summary): the
+    answer step only has the ANSWER guardrails check it before it is published."""
     webhook_on_done: bool = False
     """The request's webhook wants ``run.done``: the shell arms its delivery with the last commit."""
+    forked_from: dict[str, Any] | None = None
+    """``{run_id, turn, reuse}`` of the run this one was forked from (``engine/fork.py``)."""
     recorded: dict[str, Any] | None = None
     """Recorded calls that may answer this run's calls (``engine/recorded.py``: ``Recorded``
     as JSON): another run's ledger from one of its turns on, the policy, the matches made."""

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import asyncio
 
-from reactq.shared.engine import answers, billing, ending, guard, loop, recorded
+from reactq.shared.engine import answers, billing, ending, fork, guard, loop, recorded
+from reactq.shared.engine.callevents import done_data
 from reactq.shared.engine.conversation import enriched_query
 from reactq.shared.engine.deps import EngineDeps, StepIO
 from reactq.shared.engine.next import Advance, Answer, CallLLM, RunTools, SelectTools, advanced
 from reactq.shared.engine.selection import select_tools
 from reactq.shared.engine.state import RunState, ToolOutcome
 from reactq.shared.engine.synthesis import fallback_chunks, synthesize
-from reactq.shared.engine.approval import wait_reason
 from reactq.shared.engine.toolexec import execute_call
-from reactq.shared.engine.waiting import decide_and_run
+from reactq.shared.engine.waiting import may_wait, run_held
 from reactq.shared.events import Event
 from reactq.shared.hooks import HookPoint
 from reactq.shared.llm.base import ability, answer_synthesis, max_tool_turns
@@ -28,16 +28,20 @@ from reactq.shared.llm.base import ability, answer_synthesis, max_tool_turns
 
 async def select_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     """``SelectTools``: the ``RUN_START`` guardrails (when registered), tool selection when
-    there are many tools, then the first messages."""
+    there are many tools, then the first messages. A fork (``engine/fork.py``) says so first,
+    and keeps its parent's tools and history."""
     events: list[Event] = []
-    if deps.hooks.has(HookPoint.RUN_START):
-        checked = await guard.check_query(state, deps.hooks, now=deps.clock())
+    if state.forked_from is not None:
+        await io.publish([loop.emit(state, "fork", **fork.fork_event_data(state))])
+    for text in [None, *fork.edited_texts(state)] if deps.hooks.has(HookPoint.RUN_START) else []:
+        checked = await guard.check_query(state, deps.hooks, now=deps.clock(), text=text)
         if checked.answer is None:  # blocked: the run ends before any LLM call
             return advanced(state, checked.events, SelectTools())
-        events = checked.events
-        await io.publish(events)  # before selection's call, as the decision came first
-        events = []
+        await io.publish(checked.events)  # before selection's call, as the decision came first
     state.answer_guarded = deps.hooks.has(HookPoint.ANSWER)
+    if state.forked_from is not None:
+        fork.resume(state, deps.schemas(state), now=deps.clock())
+        return advanced(state, events, SelectTools())
     selected: list[str] | None = None
     if loop.needs_selection(state, deps.config):
         await io.publish([loop.selecting_event(state)])
@@ -72,30 +76,30 @@ async def llm_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
     request = loop.llm_request(state, deps.schemas(state), ability(deps.llm, "json_mode"),
                                json_schema=ability(deps.llm, "json_schema"), max_tool_turns=turns)
     result = await deps.llm.chat(loop.llm_messages(state, turns), **request)
-    interrupts = await io.interrupts(state.interrupt_cursor)
-    events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock())
+    interrupts = await guard.read_interrupts(state, deps, io)
+    events += loop.on_llm_reply(state, result, interrupts, deps.config, now=deps.clock(),
+                                held=lambda call: may_wait(state, deps, call))
     return advanced(state, events, CallLLM())
 
 
 async def run_tool(state: RunState, deps: EngineDeps, call_id: str, io: StepIO, *,
                    worker: str | None = None) -> ToolOutcome:
-    """Execute one pending call of the current turn in this process; a call that must wait
-    for a person asks ``deps.approver`` first (the Celery shell: ``workers/runs/approvals.py``)."""
+    """Execute one pending call of the current turn in this process. In a turn where a call
+    may wait for a person, ``waiting.run_held`` runs each call (a call that must wait asks
+    ``deps.approver`` first; the Celery shell: ``workers/runs/approvals.py``)."""
     call = next(c for c in state.pending_calls if c.id == call_id)
     view = recorded.turn_view(state).get(call_id, {})
     answered = recorded.carried_out(view, call, now=deps.clock(), worker=worker)
     if answered is not None:  # reused from, or refused by, a recorded ledger: nothing runs
+        if state.held_calls:  # its done goes out now, as every call's of such a turn
+            await io.publish([loop.emit(state, "step", **done_data(state.iteration, call, answered,
+                                                              state.tools_started_at, deps.clock()))])
+            answered.announced = True
         return answered
-    registry = deps.run_registry(state)
-    flag = call.name in registry and registry.get(call.name).requires_approval
-    reason = view.get("reason") or wait_reason(call.name, flag, state.approval)
-    if reason is None:
-        out = await execute_call(call, registry=registry, hooks=deps.hooks, run_id=state.run_id,
-                                 metadata=state.metadata, clock=deps.clock, worker=worker)
-        if out.ask is None:
-            return out
-        reason = out.ask
-    return await decide_and_run(state, deps, call, reason, io)
+    if state.held_calls:
+        return await run_held(state, deps, call, io, worker=worker, reason=view.get("reason"))
+    return await execute_call(call, registry=deps.run_registry(state), hooks=deps.hooks, run_id=state.run_id,
+                              metadata=state.metadata, clock=deps.clock, worker=worker)
 
 
 async def tools_step(state: RunState, deps: EngineDeps, io: StepIO) -> Advance:
@@ -111,7 +115,7 @@ async def finish_tools(state: RunState, deps: EngineDeps, io: StepIO,
                        outcomes: dict[str, ToolOutcome]) -> Advance:
     """The fan-in: all of the turn's outcomes are in; continue the loop."""
     ran = RunTools(tuple(state.pending_calls))
-    interrupts = await io.interrupts(state.interrupt_cursor)
+    interrupts = await guard.read_interrupts(state, deps, io)
     events = loop.on_tool_results(state, outcomes, interrupts, deps.config, now=deps.clock())
     return advanced(state, events, ran)
 
@@ -128,6 +132,8 @@ async def answer_step(state: RunState, deps: EngineDeps, io: StepIO, *,
     A run with an ``output_schema`` or an ``ANSWER`` guardrail publishes nothing of its
     answer before it is checked (``answers``).
     """
+    if state.answer_ready:
+        return await answers.ready_answer_step(state, deps, io)
     if state.output_schema is not None:
         return await answers.typed_answer_step(state, deps, io)
     if deps.hooks.has(HookPoint.ANSWER) and published_seq <= state.seq:

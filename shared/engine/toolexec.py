@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from reactq.shared.engine.state import ToolOutcome
@@ -29,11 +29,14 @@ async def execute_call(
     clock: Callable[[], float] = time.time,
     worker: str | None = None,
     approved: bool = False,
+    on_start: Callable[[], Awaitable[None]] | None = None,
 ) -> ToolOutcome:
     """Execute ``call`` against ``registry`` (the run's effective tools). A PreToolUse hook
     that asks for approval stops an unapproved call before it runs: the outcome's ``ask`` is
     its reason. ``approved``: a person approved the call (``call.arguments`` are the approved
-    ones); hooks still run and may still block it or rewrite its arguments."""
+    ones); hooks still run and may still block it or rewrite its arguments. ``on_start``: awaited
+    once the PreToolUse hooks let the call run, before the tool does (its live ``iteration
+    start``, ``callevents``)."""
     started = clock()
     meta = {**(metadata or {}), "run_id": run_id, "tool_call_id": call.id,
             "requires_confirmation": _requires_confirmation(registry, call)}
@@ -52,6 +55,8 @@ async def execute_call(
         out.ask = pre.reason or "a hook asks for approval"
         return out
     args = pre.modified_args if pre.modified_args is not None else dict(call.arguments)
+    if on_start is not None:
+        await on_start()
     try:
         result = await registry.get(call.name).invoke(args, default_timeout=registry.default_timeout)
     except asyncio.CancelledError:

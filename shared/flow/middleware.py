@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from reactq.shared.errors import LLMError, RateLimited
+from reactq.shared.stores.caps import DollarCaps
 from reactq.shared.stores.flow import Denied, FlowLimiter, Limits, Priority, Ticket
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.pricing import Price, reserve_cost
@@ -96,6 +97,12 @@ class FlowScope:
         if self.batch_id is None or self.batch_cost_budget_usd is None:
             return None
         return self.batch_id, self.batch_cost_budget_usd
+
+    @property
+    def caps(self) -> DollarCaps:
+        """Every dollar cap over these calls, as one value."""
+        return DollarCaps(run_usd=self.cost_budget_usd, batch=self.batch_cap,
+                          tenant_day_usd=self.cost_per_day_usd)
 
 
 def tenant_flow_name(tenant: str) -> str:

@@ -103,6 +103,9 @@ class Hook:
     description: str = ""
     priority: int = 0
     tool_filter: str | None = None
+    may_ask: bool = True
+    """A PreToolUse hook that never answers ``ask=True`` says so with False: the calls it runs
+    for are then not held back as calls that may wait for a person (``docs/approvals.md``)."""
 
     def matches(self, tool_name: str | None) -> bool:
         if self.tool_filter is None:
@@ -196,6 +199,10 @@ class HookRegistry:
                 modified = res.modified_result
                 result = res.modified_result
         return HookResult(allow=True, modified_result=modified, side_effects=effects)
+
+    def may_ask(self, tool_name: str) -> bool:
+        """Whether a PreToolUse hook that may ask for approval runs for ``tool_name``."""
+        return any(h.may_ask for h in self._ordered(HookPoint.PRE_TOOL_USE, tool_name))
 
     def has(self, point: HookPoint) -> bool:
         """Whether any hook is registered at ``point`` (what a run without guardrails asks)."""

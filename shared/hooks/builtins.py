@@ -134,6 +134,7 @@ def make_rate_limiter(
         description=f"At most {max_calls} calls per {window_seconds:g}s per tool.",
         priority=priority,
         tool_filter=tool_filter,
+        may_ask=False,
     )
 
 
@@ -204,6 +205,7 @@ def deny_tools(
         handler=deny,
         description=f"Block the tools {patterns}.",
         priority=priority,
+        may_ask=False,
     )
 
 
@@ -254,4 +256,5 @@ def read_only_mode(
         handler=guard,
         description="Block tools that may modify state.",
         priority=priority,
+        may_ask=False,
     )

@@ -51,13 +51,15 @@ def hook(
     tools: str | None = None,
     priority: int = 0,
     description: str | None = None,
+    may_ask: bool = True,
 ) -> Callable[[Callable[..., Any]], Hook]:
-    """Decorator: the function becomes the handler of a ``Hook`` at ``point``."""
+    """Decorator: the function becomes the handler of a ``Hook`` at ``point``. ``may_ask=False``:
+    a PreToolUse hook that never asks for approval (``Hook.may_ask``)."""
     where = hook_point(point)
 
     def wrap(fn: Callable[..., Any]) -> Hook:
         return Hook(name=name or fn.__name__, hook_point=where, handler=fn, priority=priority,
-                    tool_filter=tools,
+                    tool_filter=tools, may_ask=may_ask,
                     description=(description or inspect.getdoc(fn) or "").strip())
 
     return wrap

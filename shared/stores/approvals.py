@@ -30,12 +30,16 @@ import redis
 
 from reactq.shared.stores.due import approval_member, deadline_ms, run_member, tool_member
 from reactq.shared.engine import approval as A
+from reactq.shared.engine.callevents import done_data, start_data
+from reactq.shared.engine.state import ToolOutcome
+from reactq.shared.models import ToolCallRequest
 from reactq.shared.errors import ApprovalConflict, RequestError, RunNotFound
 from reactq.shared.events import dumps
 from reactq.shared.keys import Keys
 from reactq.shared.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
-from reactq.shared.stores.approvals_lua import CANCEL, DECIDE, REQUEST
+from reactq.shared.stores.approvals_lua import ANNOUNCE, CANCEL, DECIDE, REQUEST
+from reactq.shared.stores.roundtrip import Op
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.stores.streams import text
 from reactq.shared.tenancy import owner_of
@@ -89,6 +93,7 @@ class ApprovalStore:
         self._request = client.register_script(REQUEST)
         self._decide = client.register_script(DECIDE)
         self._cancel = client.register_script(CANCEL)
+        self._announce = client.register_script(ANNOUNCE)
 
     def _keys(self, run_id: str, step_no: int) -> list[str]:
         k = self.keys
@@ -117,6 +122,16 @@ class ApprovalStore:
         if code != 1:
             return Requested(code, record)
         return Requested(1, record, text(out[1]), text(out[2]), float(text(out[3]) or 0))
+
+    def announce(self, run_id: str, step_no: int, call_id: str, data: dict[str, Any]) -> bool:
+        """Publish a call's own ``step`` event in a turn with held calls (``callevents``), unless
+        the turn is over, the run is asked to stop or the call is done. Whether it went out."""
+        return int(self.announce_op(run_id, step_no, call_id, data).run(self.r)) > 0
+
+    def announce_op(self, run_id: str, step_no: int, call_id: str, data: dict[str, Any]) -> Op:
+        """``announce`` for a round trip of someone else's (a call's close: in the same write)."""
+        keys = [self.keys.run(run_id), self.keys.run_tools(run_id), self.keys.run_events(run_id)]
+        return Op.call(self._announce, keys, [call_id, step_no, self.maxlen, dumps(data)])
 
     # -- reads ------------------------------------------------------------------------
     def get(self, run_id: str, approval_id: str) -> dict[str, Any] | None:
@@ -193,13 +208,16 @@ class ApprovalStore:
         decided = A.decided_record(record, status, decided_at=now, by=by,
                                    args=args if decision == "edit" else None, message=message)
         effect = A.effect(decision, record.get("on_timeout", "reject"))
-        ledger = self._ledger_record(record, decided, decision, effect, message, now, int(turn["step_no"]))
+        outcome = A.answer_outcome(record, decision, message, now) if effect == "answer" else None
+        follow = _follow_up(turn, record, decided, outcome, now)
+        ledger = self._ledger_record(record, decided, effect, outcome, int(turn["step_no"]))
         call_id = record["tool_call_id"]
         deadline = deadline_ms(self.due_seconds)
         argv = [call_id, field_of(approval_id), digest or "", dumps(decided), dumps(A.decided_event(decided)),
                 self.maxlen, effect, ledger, len(turn["calls"]), turn["step_no"], tool_member(run_id, call_id),
                 run_member(run_id), approval_member(run_id, call_id), deadline,
-                inbox_member(run_id, approval_id), self.fanin_ttl, f"{now:.6f}", "0" if self.cluster else "1"]
+                inbox_member(run_id, approval_id), self.fanin_ttl, f"{now:.6f}", "0" if self.cluster else "1",
+                dumps(follow) if follow else ""]
         out = self._decide(keys=self._keys(run_id, int(turn["step_no"])), args=argv)
         code = int(out[0])
         if code != 1:
@@ -237,15 +255,14 @@ class ApprovalStore:
         except redis.RedisError:
             pass
 
-    def _ledger_record(self, record: dict[str, Any], decided: dict[str, Any], decision: str, effect: str,
-                       message: str | None, now: float, step_no: int) -> str:
+    def _ledger_record(self, record: dict[str, Any], decided: dict[str, Any], effect: str,
+                       outcome: ToolOutcome | None, step_no: int) -> str:
         """The call's ledger record the decision writes: ``approved`` (to run, with the
-        arguments to run it with) or ``done`` with its answer."""
-        if effect == "run":
+        arguments to run it with) or ``done`` with its answer (``outcome``)."""
+        if effect == "run" or outcome is None:
             args = decided.get("approved_args", record["tool_args"])
             return dumps({"status": "approved", "approval_id": record["approval_id"], "approval": decided["status"],
                           "args": dumps(args), "edited": "approved_args" in decided, "step_no": step_no})
-        outcome = A.answer_outcome(record, decision, message, now)
         return dumps({"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")})
 
     def _cluster_due(self, run_id: str, call_id: str, approval_id: str, effect: str, ready: bool,
@@ -287,6 +304,20 @@ def approvals_of(store: Any) -> ApprovalStore:
     """The approval store beside a ``RunStore`` (same client, keys and bounds)."""
     return ApprovalStore(store.r, store.keys, maxlen=store.maxlen, due_seconds=store.due_seconds,
                          fanin_ttl=store.ttl)
+
+
+def _follow_up(turn: dict[str, Any], record: dict[str, Any], decided: dict[str, Any],
+               outcome: ToolOutcome | None, now: float) -> dict[str, Any] | None:
+    """The call's ``step`` event the decision publishes after its ``approval`` event, in a turn
+    with held calls (``callevents``): the ``iteration start`` of a call that now runs, or the
+    ``iteration done`` of one answered (then marked announced: the fan-in skips it)."""
+    if not turn.get("held"):
+        return None
+    call = ToolCallRequest(id=record["tool_call_id"], name=record["tool_name"], arguments=record["tool_args"])
+    if outcome is None:
+        return start_data(int(turn["iteration"]), call, approved_args=decided.get("approved_args"))
+    outcome.announced = True
+    return done_data(int(turn["iteration"]), call, outcome, float(turn["tools_started_at"]), now)
 
 
 def _check_open(record: dict[str, Any], digest: str | None) -> None:

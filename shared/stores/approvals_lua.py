@@ -65,7 +65,8 @@ return {1, old, new, redis.call('HGET', KEYS[1], 'created_at') or ''}
 # [7] 'run' (approve, edit) or 'answer' (reject, respond), [8] the call's ledger record
 # (``approved``, or ``done`` with its answer), [9] calls in the turn, [10] the turn's step_no,
 # [11] tool member, [12] run member, [13] approval member, [14] deadline ms, [15] inbox
-# member, [16] fan-in ttl, [17] now, [18] 1 when KEYS[5] is the due set.
+# member, [16] fan-in ttl, [17] now, [18] 1 when KEYS[5] is the due set, [19] the call's
+# ``step`` event that follows the decision ('' none: ``callevents``).
 # The decision and what it makes due, in one script: the call (due to run) or the run's
 # next step (an answered call completes the turn). Returns {1, '', old status, new status,
 # 1 when the turn is complete, created_at}; {0} unknown approval; {2, record} already
@@ -101,6 +102,7 @@ local new = 'running'
 if w > 0 and c + w >= n then new = 'waiting' end
 redis.call('HSET', KEYS[1], 'status', new, 'updated_at', ARGV[17])
 append_event(KEYS[1], KEYS[3], ARGV[6], 'approval', ARGV[5])
+if ARGV[19] ~= '' then append_event(KEYS[1], KEYS[3], ARGV[6], 'step', ARGV[19]) end
 if ARGV[18] == '1' then
   redis.call('ZREM', KEYS[5], ARGV[13])
   redis.call('ZREM', KEYS[6], ARGV[15])
@@ -129,4 +131,17 @@ for i = 2, #ARGV, 4 do
 end
 redis.call('HSET', KEYS[2], 'waiting', 0)
 return n
+"""
+
+# KEYS: run hash, tools ledger, events. ARGV: [1] call id, [2] the turn's step_no, [3] maxlen,
+# [4] the ``step`` event's data. A call's own event in a turn with held calls (``callevents``):
+# published while its turn is current, the run is not asked to stop and the call is not done
+# (its ``iteration done`` goes out before its close counts it in, so the fan-in's step, which
+# starts from ``pub_seq``, comes after it). Returns its seq, 0 when not published.
+ANNOUNCE = APPEND_FN + """
+if redis.call('HGET', KEYS[1], 'cancel') == '1' then return 0 end
+if tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1') ~= tonumber(ARGV[2]) then return 0 end
+local cur = redis.call('HGET', KEYS[2], ARGV[1])
+if cur and cjson.decode(cur)['status'] == 'done' then return 0 end
+return append_event(KEYS[1], KEYS[3], ARGV[3], 'step', ARGV[4])
 """

@@ -65,10 +65,12 @@ class CallLedger:
         return Read([Op.call(self._open, keys, args)], parse)
 
     def close(self, run_id: str, step_no: int, call_id: str, outcome: ToolOutcome | None, calls: int,
-              *, ops: list[Op] | None = None, then: list[Op] | None = None) -> tuple[bool, int]:
+              *, ops: list[Op] | None = None, then: list[Op] | None = None,
+              first: list[Op] | None = None) -> tuple[bool, int]:
         """Record ``outcome`` (None: already done) and count the call in. Returns (whether
         this outcome was recorded, how many of the turn's ``calls`` are in). ``ops`` go with
-        a recorded outcome; ``then`` in the same round trip (on a cluster: after it). A run
+        a recorded outcome; ``then`` in the same round trip (on a cluster: after it), ``first``
+        before it (the call's live ``iteration done``, ``callevents``). A run
         left ``waiting`` by the close (the rest of its turn waits for a person) is moved in
         the run index."""
         store, cluster = self.store, self.cluster
@@ -81,13 +83,15 @@ class CallLedger:
             keys += [self.keys.due, *op_keys]
         args = [call_id, record, max(store.ttl, 3600), tool_member(run_id, call_id), run_member(run_id),
                 calls, deadline, step_no, "0" if cluster else "1", *op_args]
+        before = first or []
         if not cluster:
-            replies = execute(store.r, [Op.call(self._close, keys, args), *(then or [])])
-            failed(replies[1:])
-            won, count, _, waiting = checked(replies[0])
+            replies = execute(store.r, [*before, Op.call(self._close, keys, args), *(then or [])])
+            failed(replies[:len(before)] + replies[len(before) + 1:])
+            won, count, _, waiting = checked(replies[len(before)])
             if int(waiting):
                 store.move_status(run_id, "waiting")
             return bool(won), int(count)
+        failed(execute(store.r, before))
         won, count, ready, waiting = self._close(keys=keys, args=args)
         if int(waiting):
             store.move_status(run_id, "waiting")

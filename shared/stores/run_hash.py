@@ -80,6 +80,8 @@ class RunRecord:
     """The batch the run is a line of."""
     batch_cost_budget_usd: float | None = None
     """That batch's ``cost_budget_usd`` (every call of the run is held against it)."""
+    seed: RunState | None = None
+    """A fork's first state (its parent's history, ``engine/fork.py``), before its first step."""
     replay: dict[str, Any] | None = None
     """A ``ReplayPolicy`` (as JSON): recorded calls of another run that may answer this run's
     calls (``engine/recorded.py``), read when the run takes its first step."""
@@ -112,6 +114,7 @@ def record_of(run_id: str, f: dict[str, Any]) -> RunRecord:
         batch_id=text(f["batch_id"]) if f.get("batch_id") else None,
         batch_cost_budget_usd=float(f["batch_cost_budget_usd"]) if f.get("batch_cost_budget_usd") else None,
         replay=json.loads(f["replay"]) if f.get("replay") else None,
+        seed=load_state(f["seed"]) if f.get("seed") else None,
     )
 
 

@@ -69,7 +69,8 @@ class RunStore:
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
                batch_cost_budget_usd: float | None = None,
-               replay: dict[str, Any] | None = None) -> tuple[str, bool]:
+               replay: dict[str, Any] | None = None, seed: RunState | None = None,
+               forked_from: dict[str, Any] | None = None) -> tuple[str, bool]:
         """Store a new queued run. With a key already used, returns ``(existing_id, False)``.
 
         The run hash, the run index (``reactq.shared.stores.runs_index``: ``runs``,
@@ -87,6 +88,8 @@ class RunStore:
         records it (``batch_cost_budget_usd``): the workers hold each of its calls against
         the batch's spend (``batch:{id}:spend``). ``replay`` (a ``ReplayPolicy`` as JSON):
         recorded calls of another run answer this run's calls (``engine/recorded.py``).
+        A fork (``forked_from``: ``{run_id, turn}``) starts from ``seed``, its first state (its
+        parent's history), and is filed under ``runs:forked_from:{parent}``.
         """
         now = time.time()
         thread_id = request.get("thread_id") or ""  # indexed when the request carries one
@@ -105,11 +108,16 @@ class RunStore:
             fields["scheduled_for"] = scheduled_for
         if replay:
             fields["replay"] = dumps(replay)
+        if seed is not None:
+            fields["seed"] = dump_state(seed)
+        parent = (forked_from or {}).get("run_id")
+        if forked_from:
+            fields["forked_from"] = dumps(forked_from)
         deadline = deadline_ms(self.due_seconds)
         if idempotency_key is None:
             pipe = self.r.pipeline(transaction=False)  # one round trip on one server
             pipe.hset(self.keys.run(run_id), mapping=fields)
-            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id)
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, parent)
             # Due from the moment it exists (its first message may be lost with a worker).
             pipe.zadd(self.keys.due, {run_member(run_id): deadline})
             pipe.execute()
@@ -120,7 +128,8 @@ class RunStore:
         # creator killed between its write and its index rows left a run the listing (and a
         # resumed batch's count) would miss: its retry adds the rows that are missing.
         def index(pipe: Any, wrote: bool) -> None:
-            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, missing_only=not wrote)
+            self._index(pipe, run_id, now, batch_id, thread_id, tenant, schedule_id, parent,
+                        missing_only=not wrote)
 
         def unindex(pipe: Any) -> None:
             for rows in (self.keys.runs, self.keys.runs_status("queued"), self.keys.runs_tenant(tenant)):
@@ -132,7 +141,8 @@ class RunStore:
                            index=index, unindex=unindex)
 
     def _index(self, pipe: Any, run_id: str, now: float, batch_id: str | None, thread_id: str,
-               tenant: str, schedule_id: str | None = None, *, missing_only: bool = False) -> None:
+               tenant: str, schedule_id: str | None = None, parent: str | None = None, *,
+               missing_only: bool = False) -> None:
         """The run's rows in the run index (``reactq.shared.stores.runs_index``); a thread's
         row under the tenant's name for it (``tenancy.thread_key``). ``missing_only``: the run
         existed already (a retry): add only rows that are not there, never its status row."""
@@ -142,7 +152,8 @@ class RunStore:
             pipe.zremrangebyscore(index, "-inf", now - self._index_ttl)
         for index in ([self.keys.runs_batch(batch_id)] if batch_id else []) + \
                      ([self.keys.runs_thread(thread_key(tenant, thread_id))] if thread_id else []) + \
-                     ([self.keys.runs_schedule(owned_name(tenant, schedule_id))] if schedule_id else []):
+                     ([self.keys.runs_schedule(owned_name(tenant, schedule_id))] if schedule_id else []) + \
+                     ([self.keys.runs_forked_from(parent)] if parent else []):
             pipe.zadd(index, {run_id: now}, nx=missing_only)
             pipe.expire(index, self._index_ttl)
 
@@ -211,16 +222,18 @@ class RunStore:
     def status(self, run_id: str) -> dict[str, Any]:
         """The public view: status, timestamps, result when finished."""
         fields = self.r.hmget(self.keys.run(run_id), "status", "created_at", "updated_at", "result", "pub_seq",
-                              "schedule_id", "scheduled_for", "tenant")
+                              "schedule_id", "scheduled_for", "tenant", "forked_from")
         if fields[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
-        status, created, updated, result, pub, schedule_id, scheduled_for, tenant = (
+        status, created, updated, result, pub, schedule_id, scheduled_for, tenant, forked = (
             None if v is None else text(v) for v in fields)
         out = {"run_id": run_id, "status": status, "tenant": owner_of(tenant), "created_at": float(created or 0),
                "updated_at": float(updated or 0), "events": int(pub or 0),
                "result": json.loads(result) if result else None}
         if schedule_id:  # a schedule's run says so (a tick's also which tick)
             out.update(schedule_id=schedule_id, scheduled_for=scheduled_for)
+        if forked:  # a fork says of which run, from which turn
+            out["forked_from"] = json.loads(forked)
         return out
 
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event], *,

@@ -40,7 +40,7 @@ MAX_LIMIT = 500
 # and hand back a cursor to go on from, rather than walking a huge set in one request).
 MAX_SCANNED = 5000
 _FIELDS = ("status", "created_at", "updated_at", "request", "result", "batch_id", "schedule_id", "scheduled_for",
-           "tenant")
+           "tenant", "forked_from")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ class RunFilter:
     schedule_id: str | None = None
     tenant: str | None = None
     """Only this tenant's runs (None: every tenant's, for an admin)."""
+    forked_from: str | None = None
+    """Only the forks of this run."""
 
 
 def encode_cursor(score: float, run_id: str) -> str:
@@ -91,6 +93,7 @@ def summary(run_id: str, fields: dict[str, str | None]) -> dict[str, Any]:
         "schedule_id": fields.get("schedule_id"),
         "scheduled_for": fields.get("scheduled_for"),
         "tenant": fields.get("tenant") or DEFAULT_TENANT,
+        "forked_from": json.loads(forked) if (forked := fields.get("forked_from")) else None,
     }
 
 
@@ -99,7 +102,8 @@ def _matches(f: RunFilter, row: dict[str, Any]) -> bool:
             and (f.batch_id is None or row["batch_id"] == f.batch_id)
             and (f.thread_id is None or row["thread_id"] == f.thread_id)
             and (f.schedule_id is None or row["schedule_id"] == f.schedule_id)
-            and (f.tenant is None or row["tenant"] == f.tenant))
+            and (f.tenant is None or row["tenant"] == f.tenant)
+            and (f.forked_from is None or (row["forked_from"] or {}).get("run_id") == f.forked_from))
 
 
 class RunsIndex:
@@ -110,6 +114,8 @@ class RunsIndex:
         self.keys = keys or Keys()
 
     def set_for(self, f: RunFilter) -> str:
+        if f.forked_from is not None:
+            return self.keys.runs_forked_from(f.forked_from)
         if f.batch_id is not None:
             return self.keys.runs_batch(f.batch_id)
         if f.thread_id is not None:
@@ -139,7 +145,7 @@ class RunsIndex:
         # With at most one filter that the set itself answers (batch, thread, none), every
         # live candidate is a row: read no more than the page. Otherwise expect misses.
         exact = (f.status is None and f.tenant != DEFAULT_TENANT
-                 and sum(x is not None for x in (f.batch_id, f.thread_id, f.schedule_id, f.tenant)) <= 1)
+                 and sum(x is not None for x in (f.batch_id, f.thread_id, f.schedule_id, f.tenant, f.forked_from)) <= 1)
         while len(rows) < limit and scanned < MAX_SCANNED:
             chunk = limit if exact else max(limit * 2, 50)
             cands = self._candidates(key, top, after, chunk)

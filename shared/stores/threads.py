@@ -24,14 +24,12 @@ from typing import Any
 
 import redis
 
-from reactq.shared.engine.conversation import thread_turns
-from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.events import dumps
 from reactq.shared.stores.due import run_member
 from reactq.shared.keys import Keys
 from reactq.shared.models import ChatMessage
 from reactq.shared.stores.runs import RunStore
-from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.stores.streams import text
 
 # KEYS: thread hash, runs list, queue list, history list. ARGV: run id, strategy, runs
 # entry (JSON), now. Returns {decision, active run id or ''}.
@@ -167,6 +165,15 @@ class ThreadStore:
         """``{run_id, query, created_at}`` of every run made on the thread, oldest first."""
         return [json.loads(raw) for raw in self.r.lrange(self.keys.thread_runs(thread_id), 0, -1)]
 
+    def keyed_run(self, idempotency_key: str, tenant: str) -> str | None:
+        """The run ``tenant``'s idempotency key names (None: unused)."""
+        raw = self.r.get(self.keys.idem(idempotency_key, tenant))
+        return text(raw) if raw else None
+
+    def claim_key(self, idempotency_key: str, tenant: str, run_id: str, ttl_seconds: int) -> bool:
+        """Let the key name ``run_id`` (an injection's active run); False when it names one."""
+        return bool(self.r.set(self.keys.idem(idempotency_key, tenant), run_id, nx=True, ex=ttl_seconds))
+
     def touch(self, thread_id: str) -> bool:
         """Refresh an idle thread's TTL (reading it is using it); False if there is none."""
         return bool(self._touch(keys=self.keys.thread_keys(thread_id), args=[self.ttl]))
@@ -217,43 +224,5 @@ def run_thread(request: dict[str, Any]) -> str | None:
     return tid if isinstance(tid, str) and tid else None
 
 
-def end_of_run(threads: ThreadStore, runs: RunStore, thread_id: str, state: RunState) -> str | None:
-    """Release the thread of a run whose state is terminal; returns the run to start next.
-
-    Messages injected into the run that it never read (they came while it was already
-    writing its answer) become runs of their own, first in the queue: an ``inject`` is
-    never lost. Not for a stopped run: the message that stopped it supersedes them.
-
-    Safe to call again (after a crash, from a redelivered task or the gateway): a run that
-    is no longer active adds nothing and the current active run is returned; follow-up
-    runs are stored under an idempotency key, so a redo makes none twice.
-    """
-    if state.status not in TERMINAL_STATUSES or state.phase != "done":
-        raise ValueError(f"run {state.run_id} has not ended")
-    stop = threads.stop_kind(thread_id, state.run_id)
-    followups: list[tuple[str, str]] = []
-    if state.status != "cancelled" and threads.active(thread_id) == state.run_id:
-        followups = _followup_runs(runs, state)
-    nxt = threads.release(thread_id, state.run_id, thread_turns(state, stop), followups)
-    return skip_orphans(threads, runs, thread_id, nxt)
-
-
-def _followup_runs(runs: RunStore, state: RunState) -> list[tuple[str, str]]:
-    leftovers = runs.interrupts_after(state.run_id, state.interrupt_cursor)
-    if not leftovers:
-        return []
-    raw = runs.r.hget(runs.keys.run(state.run_id), "request")
-    request = json.loads(raw) if raw else {"query": state.query, "thread_id": state.thread_id}
-    out = []
-    for msg in leftovers:
-        req = {**request, "query": msg.content, "multitask_strategy": "enqueue",
-               "idempotency_key": f"followup:{state.run_id}:{msg.id}"}
-        key = req["idempotency_key"]
-        rid, _ = runs.create(idempotent_id(key, tenant=state.tenant), req, idempotency_key=key,
-                             tenant=state.tenant)
-        out.append((rid, msg.content))
-    return out
-
-
-__all__ = ["ORPHAN_AFTER", "Decision", "ThreadStore", "arm_first_step", "end_of_run", "not_started",
+__all__ = ["ORPHAN_AFTER", "Decision", "ThreadStore", "arm_first_step", "not_started",
            "run_thread", "skip_orphans"]

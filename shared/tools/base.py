@@ -18,7 +18,7 @@ import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -58,6 +58,9 @@ class Tool:
     construction written before it existed keeps working."""
     requires_approval: bool = False
     """Every call waits for a person's decision before it runs (``docs/approvals.md``)."""
+    approval_on_timeout: Literal["reject", "approve"] = "reject"
+    """What an approval this tool demands does when nobody decides in time: the operator's
+    ``reject``, unless the tool says its calls may go ahead (``approve``)."""
 
     def parameters(self) -> dict[str, Any]:
         """The JSON schema of the arguments, as sent to the LLM."""
@@ -211,6 +214,7 @@ def tool(
     timeout: float | None = None,
     isolate: bool = True,
     requires_approval: bool = False,
+    approval_on_timeout: Literal["reject", "approve"] = "reject",
 ) -> Callable[[Callable[..., Any]], Tool]:
     """Decorator: build a ``Tool`` from a function whose parameters are annotated.
 
@@ -237,6 +241,7 @@ def tool(
             timeout=timeout,
             isolate=isolate,
             requires_approval=requires_approval,
+            approval_on_timeout=approval_on_timeout,
         )
 
     return wrap

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from reactq.shared.redisconn import free_port
@@ -64,9 +64,9 @@ class GatewayProc:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
-                httpx.get(self.url + "/ui/", timeout=1)
+                httpx2.get(self.url + "/ui/", timeout=1)
                 return self
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"gateway exited: {self.log.read_text()[-2000:]}") from None
                 time.sleep(0.1)
@@ -79,9 +79,9 @@ class GatewayProc:
             self.proc.wait(10)
         self.proc = None
 
-    def api(self, token: str | None = None) -> httpx.Client:
+    def api(self, token: str | None = None) -> httpx2.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=10)
+        return httpx2.Client(base_url=self.url, headers=headers, timeout=10)
 
 
 def _gateway(redis_url: str, llm: LLMFixture, tmp: Path, **extra: str) -> Iterator[GatewayProc]:

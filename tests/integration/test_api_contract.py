@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from pydantic import TypeAdapter
 
@@ -69,13 +69,13 @@ def gateway(redis_url: str, llm: Any, workers: Any, tmp_path_factory: pytest.Tem
 
 
 @pytest.fixture(scope="module")
-def api(gateway: Gateway) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
+def api(gateway: Gateway) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as c:
         yield c
 
 
 @pytest.fixture(scope="module")
-def spec(api: httpx.Client) -> dict[str, Any]:
+def spec(api: httpx2.Client) -> dict[str, Any]:
     return dict(api.get("/openapi.json").json())
 
 
@@ -86,7 +86,7 @@ def declared(spec: dict[str, Any], method: str, template: str) -> set[int]:
 class Checker:
     """Calls a route, checks the status is declared and the body validates against ``model``."""
 
-    def __init__(self, api: httpx.Client, spec: dict[str, Any]) -> None:
+    def __init__(self, api: httpx2.Client, spec: dict[str, Any]) -> None:
         self.api = api
         self.spec = spec
         self.seen: set[tuple[str, str]] = set()
@@ -103,7 +103,7 @@ class Checker:
         return adapter.validate_python(res.json())
 
 
-def _wait(api: httpx.Client, url: str, done: tuple[str, ...], timeout: float = 60) -> dict[str, Any]:
+def _wait(api: httpx2.Client, url: str, done: tuple[str, ...], timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         body = dict(api.get(url).json())
@@ -113,7 +113,7 @@ def _wait(api: httpx.Client, url: str, done: tuple[str, ...], timeout: float = 6
     raise AssertionError(f"{url} still {body['status']}")
 
 
-def test_every_route_answers_its_declared_model(api: httpx.Client, spec: dict[str, Any], llm: Any) -> None:
+def test_every_route_answers_its_declared_model(api: httpx2.Client, spec: dict[str, Any], llm: Any) -> None:
     check = Checker(api, spec)
     q = llm.script(llm.unique("contract run"), [reply_tool_calls([("c1", "add", {"a": 2, "b": 3})]),
                                                  reply_text("5")], synthesis=reply_text("five"))
@@ -249,7 +249,7 @@ def _path(template: str, value: str) -> str:
     return re.sub(r"\{[a-z_]+\}", lambda _: value, template)
 
 
-def assert_error_shape(res: httpx.Response, spec: dict[str, Any], method: str, template: str) -> None:
+def assert_error_shape(res: httpx2.Response, spec: dict[str, Any], method: str, template: str) -> None:
     assert res.status_code >= 400, (method, template, res.status_code)
     assert res.headers["content-type"].startswith("application/json"), res.headers
     body = ErrorResponse.model_validate(res.json())
@@ -260,8 +260,8 @@ def assert_error_shape(res: httpx.Response, spec: dict[str, Any], method: str, t
         assert res.headers.get("retry-after"), res.headers
 
 
-def test_the_error_corpus_answers_one_shape(api: httpx.Client, gateway: Gateway, spec: dict[str, Any]) -> None:
-    anon = httpx.Client(base_url=gateway.url, timeout=10)
+def test_the_error_corpus_answers_one_shape(api: httpx2.Client, gateway: Gateway, spec: dict[str, Any]) -> None:
+    anon = httpx2.Client(base_url=gateway.url, timeout=10)
     long_text = "y" * 50_000
     calls = 0
     for template, ops in spec["paths"].items():

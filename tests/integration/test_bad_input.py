@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -53,7 +53,7 @@ def gw(redis_url, llm, tmp_path):
 
 def test_the_bad_input_corpus_is_refused_with_the_field_named_and_nothing_written(gw):
     gateway, r = gw
-    with httpx.Client(base_url=gateway.url, timeout=30) as client:
+    with httpx2.Client(base_url=gateway.url, timeout=30) as client:
         run = client.post("/v1/runs", json={"query": "a real run"}).json()["run_id"]
         dag = client.post("/v1/dags", json={"goal": "g", "steps": [{"id": "a", "task": "t"}]}).json()["dag_id"]
         before = snapshot(r)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from reactq.shared.redisconn import free_port
@@ -58,9 +58,9 @@ def docs_env(redis_url: str, llm: LLMFixture, backend: Any,
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{env['REACTQ_GATEWAY']}/healthz", timeout=1).status_code == 200:
+            if httpx2.get(f"{env['REACTQ_GATEWAY']}/healthz", timeout=1).status_code == 200:
                 break
-        except httpx.HTTPError:
+        except httpx2.HTTPError:
             time.sleep(0.2)
     yield work, env
     gateway.terminate()
@@ -75,11 +75,11 @@ def _run(work: Path, env: dict[str, str], *cmd: str) -> str:
 
 
 def _last_run(env: dict[str, str]) -> dict[str, Any]:
-    runs = httpx.get(f"{env['REACTQ_GATEWAY']}/v1/runs", params={"limit": 1}).json()["runs"]
+    runs = httpx2.get(f"{env['REACTQ_GATEWAY']}/v1/runs", params={"limit": 1}).json()["runs"]
     run_id = runs[0]["run_id"]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        st = httpx.get(f"{env['REACTQ_GATEWAY']}/v1/runs/{run_id}").json()
+        st = httpx2.get(f"{env['REACTQ_GATEWAY']}/v1/runs/{run_id}").json()
         if st["status"] in ("succeeded", "failed", "cancelled"):
             return dict(st)
         time.sleep(0.1)
@@ -87,7 +87,7 @@ def _last_run(env: dict[str, str]) -> dict[str, Any]:
 
 
 def _observation(env: dict[str, str], run_id: str) -> str:
-    with httpx.stream("GET", f"{env['REACTQ_GATEWAY']}/v1/runs/{run_id}/events", timeout=30) as resp:
+    with httpx2.stream("GET", f"{env['REACTQ_GATEWAY']}/v1/runs/{run_id}/events", timeout=30) as resp:
         for line in resp.iter_lines():
             if line.startswith("data: "):
                 data = json.loads(line[6:])

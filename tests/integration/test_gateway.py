@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -48,10 +48,10 @@ def start_gateway(env: dict[str, str], log: Path, *, via_cli: bool = True, port:
         if proc.poll() is not None:
             raise RuntimeError(f"gateway exited:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{gw.url}/healthz", timeout=2).status_code in (200, 503):
+            if httpx2.get(f"{gw.url}/healthz", timeout=2).status_code in (200, 503):
                 return gw
             raise RuntimeError(f"gateway is broken:\n{log.read_text()[-3000:]}")
-        except httpx.TransportError:
+        except httpx2.TransportError:
             time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"gateway did not start:\n{log.read_text()[-3000:]}")
@@ -76,8 +76,8 @@ def gateway(redis_url, llm, workers, tmp_path_factory) -> Iterator[Gateway]:
 
 
 @pytest.fixture
-def api(gateway) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"},
+def api(gateway) -> Iterator[httpx2.Client]:
+    with httpx2.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"},
                       timeout=30) as client:
         yield client
 
@@ -85,7 +85,7 @@ def api(gateway) -> Iterator[httpx.Client]:
 # ----------------------------------------------------------------------------- SSE helpers
 
 
-def read_sse(response: httpx.Response, *, stop_after: int | None = None) -> tuple[list[dict[str, Any]], int]:
+def read_sse(response: httpx2.Response, *, stop_after: int | None = None) -> tuple[list[dict[str, Any]], int]:
     """Frames ``{id, event, data}`` and the number of keep-alive comments, until the server
     closes the stream (or ``stop_after`` frames were read)."""
     frames: list[dict[str, Any]] = []
@@ -113,7 +113,7 @@ def stream_from_redis(r: redis.Redis, run_id: str) -> list[dict[str, Any]]:
             for i, f in r.xrange(Keys().run_events(run_id))]
 
 
-def submit(api: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+def submit(api: httpx2.Client, body: dict[str, Any]) -> dict[str, Any]:
     res = api.post("/v1/runs", json=body)
     assert res.status_code == 202, res.text
     return res.json()
@@ -156,8 +156,8 @@ def test_watchers_of_several_runs_at_once_each_get_exactly_their_runs_stream(gat
                        synthesis=reply_text(f"the answer number {n}", chunk_chars=4))
         runs.append(submit(api, {"query": q}))
 
-    def client() -> httpx.Client:
-        return httpx.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+    def client() -> httpx2.Client:
+        return httpx2.Client(base_url=gateway.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
 
     def watch(url: str) -> list[dict[str, Any]]:
         with client() as c, c.stream("GET", url) as res:
@@ -235,7 +235,7 @@ def test_interrupt_and_cancel_over_http_and_keepalive_comments(api, llm):
     assert again.status_code == 409 and again.json()["error"]["code"] == "conflict"
 
 
-def _fields(res: httpx.Response) -> list[str]:
+def _fields(res: httpx2.Response) -> list[str]:
     err = res.json()["error"]
     assert err["code"] == "validation_error"
     return [str(d.get("field", "")).split(".")[-1] for d in err.get("details") or [err]]
@@ -294,8 +294,8 @@ def test_unknown_ids_are_404(api):
 
 
 def test_the_api_token_is_required_everywhere_but_healthz(gateway, api, llm):
-    anon = httpx.Client(base_url=gateway.url, timeout=10)
-    wrong = httpx.Client(base_url=gateway.url, timeout=10, headers={"Authorization": "Bearer nope"})
+    anon = httpx2.Client(base_url=gateway.url, timeout=10)
+    wrong = httpx2.Client(base_url=gateway.url, timeout=10, headers={"Authorization": "Bearer nope"})
     for client in (anon, wrong):
         for method, path in [("POST", "/v1/runs"), ("GET", "/v1/runs/x"), ("GET", "/v1/runs/x/events"),
                              ("GET", "/metrics"), ("POST", "/v1/batches")]:
@@ -329,17 +329,17 @@ def test_healthz_openapi_and_metrics(api, gateway, workers, redis_url, llm, tmp_
     dead = worker_env(redis_url, llm, REACTQ_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     gw = start_gateway(dead, tmp_path / "dead.log", via_cli=False)
     try:
-        res = httpx.get(f"{gw.url}/readyz", timeout=10)
+        res = httpx2.get(f"{gw.url}/readyz", timeout=10)
         assert res.status_code == 503 and res.json()["redis"].startswith("error")
-        assert httpx.get(f"{gw.url}/healthz", timeout=10).status_code == 200  # alive all the same
-        res = httpx.post(f"{gw.url}/v1/runs", json={"query": "x"}, timeout=10)
+        assert httpx2.get(f"{gw.url}/healthz", timeout=10).status_code == 200  # alive all the same
+        res = httpx2.post(f"{gw.url}/v1/runs", json={"query": "x"}, timeout=10)
         assert res.status_code == 503 and "Redis is unreachable" in res.json()["error"]["message"]
         assert res.json()["error"]["code"] == "unavailable" and res.headers["retry-after"]
     finally:
         stop_gateway(gw)
 
 
-def _wait_batch(api: httpx.Client, batch_id: str, timeout: float = 30) -> dict[str, Any]:
+def _wait_batch(api: httpx2.Client, batch_id: str, timeout: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         view = api.get(f"/v1/batches/{batch_id}", params={"results": "true"}).json()

@@ -14,7 +14,7 @@ import json
 import time
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from tests.integration.conftest import worker_env
@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 WATCHERS = 150
 
 
-async def _watch(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+async def _watch(client: httpx2.AsyncClient, url: str) -> dict[str, Any]:
     frames, keepalives, cur = [], 0, {}
     async with client.stream("GET", url) as res:
         assert res.status_code == 200, res.status_code
@@ -45,7 +45,7 @@ async def _watch(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
 
 async def _probe(url: str, stop: asyncio.Event) -> list[float]:
     times: list[float] = []
-    async with httpx.AsyncClient(timeout=30) as client:
+    async with httpx2.AsyncClient(timeout=30) as client:
         while not stop.is_set():
             t0 = time.perf_counter()
             res = await client.get(f"{url}/healthz")
@@ -62,21 +62,21 @@ def test_many_quiet_watchers_get_keepalives_every_event_and_done_and_healthz_sta
     try:
         # The run is quiet for 14 s (a slow LLM), longer than the old 5 s socket timeout.
         q = llm.script(llm.unique("watchers: slow answer"), [reply_text("forty-two").with_options(delay=14)])
-        created = httpx.post(f"{gw.url}/v1/runs", json={"query": q}, timeout=30).json()
+        created = httpx2.post(f"{gw.url}/v1/runs", json={"query": q}, timeout=30).json()
         # Six batches of slow runs keep six batch drivers busy meanwhile.
         slow = llm.script(llm.unique("watchers: batch"), [reply_text("ok").with_options(delay=10)])
         for n in range(6):
             body = "\n".join(json.dumps({"query": slow, "idempotency_key": f"b{n}-{i}-{time.time()}"})
                              for i in range(2))
-            res = httpx.post(f"{gw.url}/v1/batches", content=body, timeout=30,
+            res = httpx2.post(f"{gw.url}/v1/batches", content=body, timeout=30,
                              headers={"content-type": "application/x-ndjson"})
             assert res.status_code == 202, res.text
 
         async def main() -> tuple[list[Any], list[float]]:
             stop = asyncio.Event()
             probe = asyncio.create_task(_probe(gw.url, stop))
-            limits = httpx.Limits(max_connections=WATCHERS + 10, max_keepalive_connections=0)
-            async with httpx.AsyncClient(base_url=gw.url, timeout=60, limits=limits) as client:
+            limits = httpx2.Limits(max_connections=WATCHERS + 10, max_keepalive_connections=0)
+            async with httpx2.AsyncClient(base_url=gw.url, timeout=60, limits=limits) as client:
                 results = await asyncio.gather(
                     *(_watch(client, created["events_url"]) for _ in range(WATCHERS)), return_exceptions=True)
             stop.set()

@@ -196,7 +196,7 @@ def test_a_destructive_mcp_tool_is_not_rerun_after_its_worker_is_killed(pair, ll
 
 
 def test_the_gateway_lists_the_published_catalog_without_secrets(pair, llm, tmp_path):
-    import httpx
+    import httpx2
 
     from tests.integration.conftest import worker_env
     from tests.integration.test_gateway import start_gateway, stop_gateway
@@ -205,10 +205,10 @@ def test_the_gateway_lists_the_published_catalog_without_secrets(pair, llm, tmp_
     env = worker_env(d.settings.redis_url, llm, REACTQ_API_TOKEN="tok", OPENAI_API_KEY="sk-very-secret")
     gw = start_gateway(env, tmp_path / "gateway.log")
     try:
-        assert httpx.get(f"{gw.url}/v1/tools", timeout=10).status_code == 401
+        assert httpx2.get(f"{gw.url}/v1/tools", timeout=10).status_code == 401
         auth = {"Authorization": "Bearer tok"}
-        tools = httpx.get(f"{gw.url}/v1/tools", headers=auth, timeout=10).json()
-        models = httpx.get(f"{gw.url}/v1/models", headers=auth, timeout=10)
+        tools = httpx2.get(f"{gw.url}/v1/tools", headers=auth, timeout=10).json()
+        models = httpx2.get(f"{gw.url}/v1/models", headers=auth, timeout=10)
     finally:
         stop_gateway(gw)
     assert tools["published"] is True

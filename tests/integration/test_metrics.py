@@ -173,3 +173,20 @@ async def test_the_metering_wrapper_times_chat_and_stream_and_counts_errors_and_
     assert samples[("reactq_llm_errors_total", (("code", "429"), ("model", "m1")))] == 1
     assert samples[("reactq_llm_tokens_total", (("kind", "prompt"), ("model", "m1")))] == 10
     assert samples[("reactq_llm_tokens_total", (("kind", "completion"), ("model", "m1")))] == 3
+
+
+def test_a_tool_name_the_model_invents_is_labelled_unknown(workers, dispatcher, llm, settings):
+    """Labels carry only registered tool and model names: a made-up name (here carrying an
+    e-mail address) never shows in ``/metrics``, and the label set stays bounded."""
+    invented = "lookup_alice@example.com"
+    before = snapshot(settings)
+    q = llm.script(llm.unique("metrics: an invented tool"), [
+        reply_tool_calls([("c1", invented, {"q": "x"})]),
+        reply_text("no such tool"),
+    ])
+    assert dispatcher.submit(RunRequest(query=q)).result(timeout=30)["status"] == "succeeded"
+    body, _ = render(settings)
+    assert "alice@example.com" not in body.decode()
+    after = snapshot(settings)
+    assert (_value(after, "reactq_tool_errors_total", tool="unknown", kind="error")
+            > _value(before, "reactq_tool_errors_total", tool="unknown", kind="error"))

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from reactq.shared.redisconn import free_port, start_server
@@ -26,13 +26,13 @@ def test_readyz_is_ready_without_workers_and_reports_them(backend: Backend, llm:
     gw = start_gateway(worker_env(url, llm, **env), tmp_path / "gw.log", via_cli=False)
     try:
         # When the probe asks, Then Redis and the broker make it ready, and no worker is reported.
-        res = httpx.get(f"{gw.url}/readyz", timeout=10)
+        res = httpx2.get(f"{gw.url}/readyz", timeout=10)
         assert res.status_code == 200, res.text
         body = res.json()
         assert body["status"] == "ok" and body["redis"] == "ok" and body["broker"] == "ok"
         assert body["workers"] == []
         # And a run is still accepted (queued until a worker comes).
-        assert httpx.post(f"{gw.url}/v1/runs", json={"query": "queued"}, timeout=10).status_code == 202
+        assert httpx2.post(f"{gw.url}/v1/runs", json={"query": "queued"}, timeout=10).status_code == 202
     finally:
         stop_gateway(gw)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -153,8 +153,8 @@ def test_an_sse_stream_that_loses_redis_ends_cleanly_and_resumes_with_last_event
         q = llm.script(llm.unique("outage: sse"), [
             reply_tool_calls([("c1", "add", {"a": 1, "b": 2})]),
             reply_text("three").with_options(delay=6)])
-        created = httpx.post(f"{gw.url}/v1/runs", json={"query": q}, timeout=30).json()
-        with httpx.Client(base_url=gw.url, timeout=60) as client:
+        created = httpx2.post(f"{gw.url}/v1/runs", json={"query": q}, timeout=30).json()
+        with httpx2.Client(base_url=gw.url, timeout=60) as client:
             with client.stream("GET", created["events_url"]) as res:
                 lines = res.iter_lines()
                 first = frames_of(lines, stop_after=3)

@@ -114,7 +114,7 @@ def test_a_dags_final_answer_fits_its_output_schema(llm, workers, settings):
     assert done["output"] == {"average": 4.0, "verdict": "good"}
     assert json.loads(done["answer"]) == done["output"]
     repairs = [e.data for e in events if e.channel == "phase" and e.data.get("name") == "output_repair"]
-    assert repairs and "$.average: 'four' is not of type 'number'" in repairs[0]["problems"][0]
+    assert repairs and repairs[0]["problems"][0] == '$.average: does not satisfy type: "number"'
     assert handle.status()["output"] == done["output"]
     attempts = [r.body for r in llm.server.requests if first_user_text(r.body).startswith(f"Goal: {goal}\n\nResults:")]
     assert "$.average" in attempts[1]["messages"][-1]["content"]

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -34,22 +34,22 @@ def gateway(redis_url: str, llm: Any, workers: Any, tmp_path_factory: pytest.Tem
     stop_gateway(gw)
 
 
-def client(gw: Gateway, secret: str | None) -> httpx.Client:
+def client(gw: Gateway, secret: str | None) -> httpx2.Client:
     headers = {"Authorization": f"Bearer {secret}"} if secret else {}
-    return httpx.Client(base_url=gw.url, headers=headers, timeout=30)
+    return httpx2.Client(base_url=gw.url, headers=headers, timeout=30)
 
 
 @dataclass
 class World:
-    admin: httpx.Client
+    admin: httpx2.Client
     keys: dict[str, dict[str, Any]]
     ids: dict[str, str]
 
-    def as_(self, who: str, gw: Gateway) -> httpx.Client:
+    def as_(self, who: str, gw: Gateway) -> httpx2.Client:
         return client(gw, self.keys[who]["key"]) if who in self.keys else client(gw, None)
 
 
-def _key(admin: httpx.Client, tenant: str, scopes: list[str], name: str) -> dict[str, Any]:
+def _key(admin: httpx2.Client, tenant: str, scopes: list[str], name: str) -> dict[str, Any]:
     res = admin.post("/v1/keys", json={"tenant": tenant, "scopes": scopes, "name": name})
     assert res.status_code == 201, res.text
     body = res.json()
@@ -57,7 +57,7 @@ def _key(admin: httpx.Client, tenant: str, scopes: list[str], name: str) -> dict
     return dict(body)
 
 
-def _wait_ended(c: httpx.Client, run_id: str) -> None:
+def _wait_ended(c: httpx2.Client, run_id: str) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if c.get(f"/v1/runs/{run_id}").json()["status"] in ("succeeded", "failed", "cancelled"):
@@ -128,7 +128,7 @@ DOOR_ROUTES: list[tuple[str, str, dict[str, Any] | None, str]] = [
 ]
 
 
-def _call(c: httpx.Client, method: str, path: str, body: dict[str, Any] | None, ids: dict[str, str]) -> httpx.Response:
+def _call(c: httpx2.Client, method: str, path: str, body: dict[str, Any] | None, ids: dict[str, str]) -> httpx2.Response:
     url = path.format(**ids)
     if url.endswith("/events") or "/events?" in url:
         with c.stream(method, url) as res:
@@ -169,7 +169,7 @@ def test_every_door_route_by_caller(gateway: Gateway, world: World, route: Any) 
 
 
 def test_lists_are_filtered_and_an_admin_sees_every_tenant(gateway: Gateway, world: World) -> None:
-    def listed(c: httpx.Client) -> set[str]:
+    def listed(c: httpx2.Client) -> set[str]:
         return {r["run_id"] for r in c.get("/v1/runs", params={"limit": 500}).json()["runs"]}
 
     assert world.ids["run"] in listed(world.as_("own", gateway))

@@ -244,7 +244,7 @@ def test_racing_enqueues_run_one_at_a_time_each_from_the_ones_before(workers, se
 
 
 def test_http_thread_routes(workers, redis_url, llm, tmp_path):
-    import httpx
+    import httpx2
 
     from tests.integration.conftest import worker_env
     from tests.integration.test_gateway import start_gateway, stop_gateway
@@ -255,7 +255,7 @@ def test_http_thread_routes(workers, redis_url, llm, tmp_path):
         q1 = llm.script(llm.unique("http thread first"), [
             reply_tool_calls([("h1", "slow", {"tag": "http-thread", "seconds": 1.5})]),
             reply_text("done")], synthesis=reply_text("http first answer"))
-        c = httpx.Client(base_url=gw.url, timeout=10)
+        c = httpx2.Client(base_url=gw.url, timeout=10)
         first = c.post("/v1/runs", json={"query": q1, "thread_id": tid, "completion_check": False})
         assert first.status_code == 202
         rid = first.json()["run_id"]

@@ -174,7 +174,8 @@ def test_a_run_decided_but_never_stored_is_skipped_once_old(r):
     thread: the hand-off skips such a run once its decision is older than ORPHAN_AFTER."""
     from reactq.shared.engine.state import RunState
     from reactq.shared.stores.runs import RunStore
-    from reactq.shared.stores.threads import ORPHAN_AFTER, ThreadStore, end_of_run
+    from reactq.shared.stores.threads import ORPHAN_AFTER, ThreadStore
+    from reactq.shared.service.threads import end_of_run
 
     ts, runs = ThreadStore(r), RunStore(r)
     tid = new_tid()

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -41,9 +41,9 @@ def test_reactq_serve_prints_the_viewer_url_and_serves_it(redis_url: str, llm: L
         deadline = time.monotonic() + 20
         while True:
             try:
-                res = httpx.get(f"http://127.0.0.1:{port}/ui/", timeout=1)
+                res = httpx2.get(f"http://127.0.0.1:{port}/ui/", timeout=1)
                 break
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         assert res.status_code == 200 and "reactq viewer" in res.text
@@ -79,7 +79,7 @@ def test_the_demo_prints_the_viewer_and_keeps_the_gateway_up_while_the_batch_run
             if viewer and "submitted" in line and not seen_running:
                 # While the batch runs, the viewer answers and lists the run.
                 base = viewer.removesuffix("/ui/")
-                runs = httpx.get(base + "/v1/runs", timeout=5).json()["runs"]
+                runs = httpx2.get(base + "/v1/runs", timeout=5).json()["runs"]
                 seen_running = any(r["query"] == q and r["status"] in ("queued", "running") for r in runs)
         proc.wait(60)
     finally:
@@ -91,5 +91,5 @@ def test_the_demo_prints_the_viewer_and_keeps_the_gateway_up_while_the_batch_run
     assert viewer and viewer.endswith("/ui/"), out
     assert seen_running, out
     assert out.count("Viewer: ") == 2  # at the start, and again with the results
-    with pytest.raises(httpx.HTTPError):  # the demo stopped its gateway with its workers
-        httpx.get(viewer, timeout=2)
+    with pytest.raises(httpx2.HTTPError):  # the demo stopped its gateway with its workers
+        httpx2.get(viewer, timeout=2)

@@ -266,7 +266,7 @@ def test_the_docs_receiver_verifies_real_messages_and_refuses_forged_ones(
     import subprocess
     import sys
 
-    import httpx
+    import httpx2
 
     from reactq.shared.redisconn import free_port
 
@@ -282,11 +282,11 @@ def test_the_docs_receiver_verifies_real_messages_and_refuses_forged_ones(
         deadline = time.monotonic() + 10
         while True:
             try:
-                forged = httpx.post(f"http://127.0.0.1:{port}/", content=b'{"type":"run.done"}', headers={
+                forged = httpx2.post(f"http://127.0.0.1:{port}/", content=b'{"type":"run.done"}', headers={
                     "webhook-id": "msg_forged", "webhook-timestamp": str(int(time.time())),
                     "webhook-signature": "v1,AAAA"})
                 break
-            except httpx.ConnectError:
+            except httpx2.ConnectError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
         assert forged.status_code == 400

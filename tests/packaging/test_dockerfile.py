@@ -81,7 +81,13 @@ def context(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_dockerfile_copies_what_the_package_is_made_of() -> None:
     sources = set(context_copies(DOCKERFILE.read_text()))
     assert {"pyproject.toml", "setup.py", "README.md", "LICENSE", "reactq", "shared", "workers",
-            "dispatcher"} <= sources
+            "dispatcher", "constraints.txt"} <= sources
+
+
+def test_the_image_installs_the_locked_versions() -> None:
+    installs = [words for words in _instructions(DOCKERFILE.read_text())
+                if words[0] == "RUN" and "install" in words and "pip" in words]
+    assert installs and all("-c" in words for words in installs), installs
 
 
 def test_the_copied_files_build_a_wheel_whose_command_starts(context: Path, tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pickle
 
-import httpx
+import httpx2
 import pytest
 
 import reactq
@@ -64,14 +64,29 @@ def test_only_calls_safe_to_repeat_are_retried():
     assert create.json["idempotency_key"].startswith("client-") and create.retry
     assert with_idempotency_key({"idempotency_key": "mine"}) == {"idempotency_key": "mine"}
     interrupt = routes.interrupt_run("r", "hi")
-    reset, refused = httpx.ReadError("reset"), httpx.ConnectError("refused")
+    reset, refused = httpx2.ReadError("reset"), httpx2.ConnectError("refused")
     assert not _http.retryable(interrupt, _http.transport_error(reset), reset)
     assert _http.retryable(interrupt, _http.transport_error(refused), refused)  # nothing was sent
     assert _http.retryable(routes.get_run("r"), reactq.ServerError("x", status_code=503), None)
     assert not _http.retryable(routes.get_run("r"), reactq.ServerError("x", status_code=500), None)
-    assert isinstance(_http.transport_error(httpx.ReadTimeout("slow")), reactq.APITimeoutError)
+    assert isinstance(_http.transport_error(httpx2.ReadTimeout("slow")), reactq.APITimeoutError)
     assert backoff(1, retry_after=5.0) == 5.0 and backoff(10) <= 4.0
 
 
 def test_ids_cannot_change_the_route():
     assert routes.get_run("../keys").path == "/v1/runs/..%2Fkeys"
+
+
+def test_the_fork_calls_name_their_routes_and_send_from() -> None:
+    from reactq.dispatcher.api_client import routes
+
+    call = routes.fork_run("r1", 2, {"reuse": "all", "dry_run": None, "edit": None})
+    assert (call.method, call.path) == ("POST", "/v1/runs/r1/fork")
+    assert call.json is not None and call.json["from"] == 2 and call.json["reuse"] == "all"
+    assert call.json["idempotency_key"], "a fork is retried with one key: the same fork"
+    dry = routes.fork_run("r1", None, {"dry_run": True})
+    assert dry.json == {"dry_run": True}
+    batch = routes.fork_batch("b1", "last_turn", {"status": ["failed", "cancelled"], "dry_run": None})
+    assert batch.path == "/v1/batches/b1/fork" and batch.json == {"status": ["failed", "cancelled"],
+                                                                  "from": "last_turn"}
+    assert routes.fork_dag("d1").path == "/v1/dags/d1/fork"

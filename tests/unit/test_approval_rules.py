@@ -78,7 +78,7 @@ def test_a_rejection_reads_unlike_a_cancel_or_an_interruption() -> None:
     from reactq.shared.engine import prompts
 
     rec = A.request_record(run_id="r", call_id="c", tool_name="pay", tool_args={}, reason="x",
-                           requested_at=0.0, timeout_s=10, on_timeout="reject")
+                           requested_at=0.0, timeout_s=10, on_timeout="reject", tenant="default")
     rejected = A.answer_outcome(rec, "reject", "too much", 1.0)
     assert "did not approve" in rejected.observation and "too much" in rejected.observation
     assert rejected.observation not in (prompts.INTERRUPTED_OBSERVATION, prompts.CANCELLED_OBSERVATION)

@@ -18,3 +18,15 @@ Q = {q["id"]: q for q in load_questions(None)}
 ])
 def test_expect_patterns(qid: str, answer: str, right: bool) -> None:
     assert is_right(Q[qid], answer) is right
+
+
+def test_the_demo_suggests_only_a_question_it_just_saw_answered_right() -> None:
+    from reactq.dispatcher.local.demo import own_question
+
+    wrong = {"right": False, "request": {"query": "What is 17 * 23? Use the calculator tool.", "tools": ["calculator"]}}
+    right = {"right": True, "request": {"query": "Use the add tool to add 2.5 and 4.25.", "tools": ["add"],
+                                        "mode": "native", "max_iterations": 4}}
+    assert own_question([wrong, right], "reactq") == \
+        "reactq run 'Use the add tool to add 2.5 and 4.25.' --tools add --mode native"
+    assert own_question([wrong], "reactq") is None
+    assert own_question([], "reactq") is None

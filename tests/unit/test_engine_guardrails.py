@@ -201,3 +201,41 @@ def test_bad_guardrail_settings_are_config_errors() -> None:
         guardrail_hooks(Settings(guardrail_pii="emails"))
     with pytest.raises(ConfigError, match="not a valid regular expression"):
         guardrail_hooks(Settings(guardrail_deny_patterns=["(unclosed"]))
+
+
+# -- every text a submitter gives the model ------------------------------------------------------
+
+async def test_a_denied_system_prompt_ends_the_run_with_no_llm_call() -> None:
+    llm = ScriptedLLM([])
+    out = await run(llm, query="hello", system_prompt="always DROP TABLE first",
+                    hooks=[query_tripwire(["drop table"])], status="failed")
+    assert llm.calls == []
+    assert [g["decision"] for g in out.of("guardrail")] == ["allowed", "blocked"]
+    assert out.of("error", kind="guardrail")
+
+
+async def test_a_denied_interrupt_is_never_delivered_and_the_run_goes_on() -> None:
+    from reactq.shared.inprocess import InterruptQueue
+
+    queue = InterruptQueue()
+    bad = queue.put("now DROP TABLE users")
+    good = queue.put("use metric units")
+    llm = ScriptedLLM([text(json.dumps({"type": "final_answer", "answer": "A"})),
+                       text(json.dumps({"type": "final_answer", "answer": "B"})), SYNTH])
+    out = await run(llm, query="hello", hooks=[query_tripwire(["drop table"])], interrupts=queue)
+    blocked = [g for g in out.of("guardrail") if g.get("interrupt_id") == bad]
+    assert blocked and blocked[0]["decision"] == "blocked"
+    assert [i["id"] for i in out.of("inject")] == [good], "only the allowed message is delivered"
+    assert not any("DROP TABLE" in json.dumps([m.text() for m in c.messages]) for c in llm.calls)
+    assert out.answer == "B"
+
+
+async def test_when_every_message_is_denied_the_cursor_moves_past_them() -> None:
+    from reactq.shared.inprocess import InterruptQueue
+
+    queue = InterruptQueue()
+    bad = queue.put("DROP TABLE now")
+    llm = ScriptedLLM([text(json.dumps({"type": "final_answer", "answer": "A"})), SYNTH])
+    out = await run(llm, query="hello", hooks=[query_tripwire(["drop table"])], interrupts=queue)
+    assert [g["interrupt_id"] for g in out.of("guardrail") if "interrupt_id" in g] == [bad], "checked once"
+    assert not out.of("inject") and out.answer == "A"

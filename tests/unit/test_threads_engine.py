@@ -149,3 +149,15 @@ def test_tool_selection_on_a_thread_sees_the_previous_conversation():
     asyncio.run(select_step(state, EngineDeps(llm=llm, registry=registry, config=EngineConfig()), IO()))
     prompt = " ".join(str(m.content) for m in llm.calls[0].messages)
     assert "Previous conversation:\nUser: my name is Ada" in prompt and "Current request: what is my name?" in prompt
+
+
+def test_a_guarded_runs_thread_turns_keep_only_what_its_guardrails_saw():
+    """Under an ANSWER guardrail a thread keeps the checked answer only, and a note about a
+    stopped run names only the run's own tools (an invented name may carry anything)."""
+    done = _state(status="succeeded", answer="reach ada@example.com", final_answer="", answer_guarded=True)
+    assert "ada@example.com" not in thread_turns(done, None)[1].content
+    stopped = _state(status="cancelled", answer_guarded=True, available_tools=["search"],
+                     pending_calls=[ToolCallRequest(id="c1", name="search", arguments={}),
+                                    ToolCallRequest(id="c2", name="mail_ada@example.com", arguments={})])
+    note = thread_turns(stopped, None)[1].content
+    assert "search" in note and "ada@example.com" not in note

@@ -9,20 +9,26 @@ import time
 from functools import cached_property
 from typing import Any
 
+from pydantic import ValidationError
+
 from reactq.shared.dag import machine as M
 from reactq.shared.dag.binding import name_for_role
 from reactq.shared.dag.config import DagConfig
 from reactq.shared.dag.state import DagState
-from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.errors import RunNotFound
+from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
+from reactq.shared.service import Origin
+from reactq.shared.service.ops import cancel_run
 from reactq.shared.stores.dags import DagStore
+from reactq.shared.tenants import quota_of
 from reactq.shared.webhooks import webhook_id
-from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.shared.wire import RUNS_QUEUE
 from reactq.workers import webhooks
 from reactq.workers.app import app
 from reactq.workers.runtime import Runtime, runtime
 
 log = logging.getLogger(__name__)
+
+DAG_STEP = Origin("dag")
 
 
 def send(task: str, args: list[Any], countdown: float | None = None, queue: str = RUNS_QUEUE) -> None:
@@ -36,11 +42,9 @@ class DagContext:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
 
-    @cached_property
+    @property
     def store(self) -> DagStore:
-        s = self.rt.settings
-        return DagStore(self.rt.redis, keys=self.rt.keys, ttl_seconds=s.run_ttl_seconds,
-                        maxlen=s.events_maxlen, due_seconds=s.due_seconds)
+        return self.rt.stores.dags
 
     @cached_property
     def config(self) -> DagConfig:
@@ -69,24 +73,39 @@ class DagContext:
         return True
 
     def _apply(self, effect: M.Effect, dag_id: str, tenant: str) -> None:
-        runs = self.rt.store
+        door = self.rt.door
         if isinstance(effect, M.StartRun):
-            if not runs.exists(effect.run_id):
-                runs.create(effect.run_id, effect.request, tenant=tenant)
-            if self.store.cancel_requested(dag_id):
-                # A cancel that looked for this run before it existed found nothing to stop.
-                runs.request_cancel(effect.run_id)
-            send(ITERATE, [effect.run_id, 0])
+            self._start_step(effect, dag_id, tenant)
         elif isinstance(effect, M.CancelRun):
-            try:
-                rec = runs.load(effect.run_id)
-            except RunNotFound:
-                return
-            if rec.status not in TERMINAL_STATUSES:
-                runs.request_cancel(effect.run_id)
-                send(ITERATE, [effect.run_id, rec.step_no])
+            cancel_run(door.store, door.send, effect.run_id)
         else:
             send(effect.task, effect.args, effect.countdown)
+
+    def _start_step(self, effect: M.StartRun, dag_id: str, tenant: str) -> None:
+        """A step's run comes in by the door, as any run does. Past its tenant's
+        ``max_active_runs`` it is not made: the step waits for room (no worker slot held) and
+        the DAG's next check tries again (``drive._observe``)."""
+        door = self.rt.door
+        try:
+            got = door.create_run(effect.request, tenant=tenant, origin=DAG_STEP, run_id=effect.run_id)
+        except TooManyRequests:
+            log.info("dag %s: step %s waits for room (tenant %s is at its max_active_runs)",
+                     dag_id, effect.step_id, tenant)
+            return
+        except (RequestError, ValidationError) as exc:
+            log.warning("dag %s: step %s refused at the door: %s", dag_id, effect.step_id, exc)
+            return
+        if not got.created:
+            door.start_run(effect.run_id)  # made before a crash: its first step may be lost
+        if self.store.cancel_requested(dag_id):
+            # A cancel that looked for this run before it existed found nothing to stop.
+            cancel_run(door.store, door.send, effect.run_id)
+
+    def waits_for_room(self, tenant: str) -> bool:
+        """The tenant holds every place its ``max_active_runs`` allows (a step not made yet
+        waits for room rather than for a worker)."""
+        limit = quota_of(self.rt.settings, tenant).max_active_runs
+        return limit is not None and self.rt.stores.active.count(tenant) >= limit
 
     def run_status(self, run_id: str) -> dict[str, Any] | None:
         try:

@@ -21,17 +21,19 @@ from reactq.shared.dag.planner import create_plan
 from reactq.shared.dag.query import fallback_answer, replan_context, synthesis_messages
 from reactq.shared.dag.state import DagState
 from reactq.shared.stores.dags import DagNotFound, DagRecord
+from reactq.shared.engine import guard
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.errors import CostCapReached, StructuredOutputError
 from reactq.shared.flow.middleware import FlowScope, flow_scope
+from reactq.shared.hooks import HookPoint
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.flow import Limits
 from reactq.shared.tenants import quota_of
-from reactq.shared.wire import ITERATE
 from reactq.workers import metrics
 from reactq.workers.dags.context import DagContext
+from reactq.workers.dags.guarded import check, guarded
 from reactq.workers.dags.typed import typed_answer
 
 log = logging.getLogger(__name__)
@@ -58,9 +60,24 @@ def drive_start(ctx: DagContext, dag_id: str) -> None:
         model = request.model or name_for_role(ctx.rt.models, "smart")
         state = M.new_dag(dag_id, request, model=model, now=time.time())
         state.tenant = rec.tenant
-        if not ctx.save(state, rec.version, M.start_planning(state)):
+        blocked = _guardrails(ctx, state, request)
+        if not ctx.save(state, rec.version, blocked or M.start_planning(state)) or blocked:
             return
     drive_plan(ctx, dag_id, 1)
+
+
+def _guardrails(ctx: DagContext, state: DagState, request: DagRequest) -> M.Transition | None:
+    """The ``RUN_START`` guardrails over the goal and each given step's task, before the
+    planner's call: a block ends the DAG ``failed`` with ``error {kind: "guardrail"}``."""
+    hooks = ctx.rt.hooks
+    if not hooks.has(HookPoint.RUN_START):
+        return None
+    texts = [("goal", request.goal), *((f"steps.{i}.task", s.task) for i, s in enumerate(request.steps or []))]
+    _, got = ctx.rt.run(guard.check_texts(hooks, texts, {**request.metadata, "dag_id": state.dag_id}))
+    if got is None or got.blocked is None:
+        return None
+    return M.fail(state, got.blocked.message or "blocked", ctx.env(), kind="guardrail",
+                  guardrail=got.blocked.guardrail)
 
 
 def drive_plan(ctx: DagContext, dag_id: str, round_no: int) -> None:
@@ -168,14 +185,17 @@ def _observe(ctx: DagContext, state: DagState, env: M.Env, *, repair: bool) -> M
         t.events += M.forward_progress(state, step, ctx.rt.store.read_events(step.run_id, step.cursor), env)
         run = ctx.run_status(step.run_id)
         if run is None:
-            # Its creator died between saving the launch and creating the run.
+            # Not made yet: it waits for room among its tenant's active runs (its clock
+            # starts when it is made), or its creator died between the launch and the run.
+            if ctx.waits_for_room(state.tenant):
+                step.started_at = env.now
             t.effects.append(M.child_request(state, step, env))
         elif run["status"] in TERMINAL_STATUSES and run["result"] is not None:
             t += M.complete_step(state, step.id, step.run_id, run, env)
         elif repair and run["status"] == "queued" and run["events"] == 0 \
                 and not ctx.rt.leases.alive(run_member(step.run_id)):
-            # Created, but its first task may never have been sent: a duplicate is harmless.
-            t.effects.append(M.Send(ITERATE, [step.run_id, 0]))
+            # Made, but its first task may never have been sent: a duplicate is harmless.
+            t.effects.append(M.child_request(state, step, env))
     t += M.schedule(state, env)
     return t
 
@@ -215,18 +235,39 @@ def drive_answer(ctx: DagContext, dag_id: str) -> None:
         except CostCapReached as cap:
             t = _refused(ctx, state, cap)
     if t is None:
-        text, events = _answer_text(ctx, rec, state)
-        env = ctx.env()  # the synthesis took time: elapsed is measured after it
-        events.append(M.emit(state, "answer", status="done"))
-        events.append(M.emit(state, "phase", name="synthesizing", status="done", round=state.round))
-        leftovers = [c for _, c in ctx.store.interrupts_after(dag_id, state.interrupt_cursor)]
-        events += M.conclude(state, text, env, pending=leftovers or None)
-        t = M.Transition(events)
+        t = _answer(ctx, rec, state, dag_id)
     ctx.save(state, rec.version, t)
 
 
-def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str, list[Any]]:
-    """The answer and the events still to publish (deltas may already be out)."""
+def _answer(ctx: DagContext, rec: DagRecord, state: DagState, dag_id: str) -> M.Transition:
+    """The synthesis and the DAG's end; under ``ANSWER`` guardrails nothing of the answer is
+    streamed before they passed it (``workers/dags/guarded.py``)."""
+    live = not guarded(ctx)
+    text, events = _answer_text(ctx, rec, state, live=live)
+    if not live:
+        checks, checked, end = check(ctx, state, text)
+        events += checks
+        if checked is None and end is not None:
+            end.events = events + end.events
+            return end
+        text = checked or ""
+        events += _deltas(state, text)
+    env = ctx.env()  # the synthesis took time: elapsed is measured after it
+    events.append(M.emit(state, "answer", status="done"))
+    events.append(M.emit(state, "phase", name="synthesizing", status="done", round=state.round))
+    leftovers = [c for _, c in ctx.store.interrupts_after(dag_id, state.interrupt_cursor)]
+    events += M.conclude(state, text, env, pending=leftovers or None)
+    return M.Transition(events)
+
+
+def _deltas(state: DagState, text: str, *, start: bool = True) -> list[Any]:
+    return ([M.emit(state, "answer", status="start")] if start else []) + [
+        M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(text)]
+
+
+def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState, *, live: bool = True) -> tuple[str, list[Any]]:
+    """The answer and the events still to publish (deltas may already be out). ``live=False``:
+    nothing of the answer is published (nor among the events): it is checked first."""
     analysis = state.analysis
     fallback = (analysis.final_answer if analysis else None) or fallback_answer(state.steps)
     if rec.pub_seq > state.seq:
@@ -235,46 +276,47 @@ def _answer_text(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[str,
         sent = "".join(e.data.get("content", "") for _, e in ctx.store.read_events(state.dag_id)
                        if e.channel == "answer" and e.seq > state.seq and e.data.get("status") == "delta")
         state.seq = rec.pub_seq
-        return sent + fallback, _fallback_events(state, fallback, "the worker streaming the answer stopped")
+        return sent + fallback, _fallback_events(state, fallback, "the worker streaming the answer stopped", live)
     if not (analysis and analysis.achieved):
         text = fallback_answer(state.steps)
-        return text, [M.emit(state, "answer", status="start"),
-                      *(M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(text))]
-    ctx.store.publish(state.dag_id, [M.emit(state, "answer", status="start")])
+        return text, _deltas(state, text) if live else []
+    if live:
+        ctx.store.publish(state.dag_id, [M.emit(state, "answer", status="start")])
     parts: list[str] = []
     try:
         with tenant_scope(ctx, state):
-            ctx.rt.run(_stream(ctx, state, parts))
+            ctx.rt.run(_stream(ctx, state, parts, live))
     except CostCapReached as cap:  # refused before the call: the steps' results answer
         metrics.budget_stop(ctx.rt.recorder, "dag_tenant_cost")
         return "".join(parts) + fallback, [
             M.emit(state, "error", **M.cost_error(cap.whose, cap.spent_usd, cap.cap_usd, answering=True)),
-            *(M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(fallback))]
+            *(_deltas(state, fallback, start=False) if live else [])]
     except Exception as exc:  # noqa: BLE001 — a failed synthesis falls back
         log.warning("dag %s: synthesis failed: %s", state.dag_id, exc)
-        return "".join(parts) + fallback, _fallback_events(state, fallback, exc)
+        return "".join(parts) + fallback, _fallback_events(state, fallback, exc, live)
     if not parts:
-        return fallback, _fallback_events(state, fallback, "the synthesis returned no text")
+        return fallback, _fallback_events(state, fallback, "the synthesis returned no text", live)
     return "".join(parts), []
 
 
-async def _stream(ctx: DagContext, state: DagState, parts: list[str]) -> None:
+async def _stream(ctx: DagContext, state: DagState, parts: list[str], live: bool = True) -> None:
     messages = synthesis_messages(state.effective_goal(), state.steps, state.analysis,
                                   truncation=ctx.config.synthesis_truncation)
     async for chunk in ctx.rt.llm(state.model).stream_chat(messages):
         if chunk.delta_content:
             parts.append(chunk.delta_content)
-            ctx.store.publish(state.dag_id, [M.emit(state, "answer", status="delta",
+            if live:
+                ctx.store.publish(state.dag_id, [M.emit(state, "answer", status="delta",
                                                     content=chunk.delta_content)])
         if chunk.usage:
             state.usage = state.usage + Usage.from_dict(chunk.usage)
 
 
-def _fallback_events(state: DagState, text: str, why: BaseException | str) -> list[Any]:
+def _fallback_events(state: DagState, text: str, why: BaseException | str, live: bool = True) -> list[Any]:
     message = why if isinstance(why, str) else f"{type(why).__name__}: {why}"
     return [M.emit(state, "error", kind="synthesis_fallback",
                    message=f"Answer synthesis failed ({message}); using the results instead"),
-            *(M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(text))]
+            *(_deltas(state, text, start=False) if live else [])]
 
 
 def drive_resume(ctx: DagContext, dag_id: str) -> None:

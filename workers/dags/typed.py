@@ -18,6 +18,7 @@ from reactq.shared.engine.synthesis import fallback_chunks
 from reactq.shared.events import Event
 from reactq.shared.models import ChatMessage
 from reactq.workers.dags.context import DagContext
+from reactq.workers.dags.guarded import checked_output, guarded
 
 
 def typed_answer(ctx: DagContext, state: DagState, pending: list[str]) -> M.Transition:
@@ -46,8 +47,15 @@ def typed_answer(ctx: DagContext, state: DagState, pending: list[str]) -> M.Tran
         events.append(M.emit(state, "error", kind="output_invalid", message=message,
                              path=got.problems[0].path if got.problems else "$"))
         return M.Transition(events + M.conclude(state, f"Agent error: {message}", env, status="failed"))
-    state.output = got.value
-    text = O.output_text(got.value)
+    value, text = got.value, O.output_text(got.value)
+    if guarded(ctx):  # its JSON is checked before anything of it is published
+        checks, checked, value, end = checked_output(ctx, state, got.value)
+        events += checks
+        if checked is None and end is not None:
+            end.events = events + end.events
+            return end
+        text = checked or text
+    state.output = value
     events.append(M.emit(state, "answer", status="start"))
     events += [M.emit(state, "answer", status="delta", content=c) for c in fallback_chunks(text)]
     events.append(M.emit(state, "answer", status="done"))

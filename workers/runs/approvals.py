@@ -17,11 +17,13 @@ from typing import Any
 from reactq.shared import otel
 from reactq.shared.engine import approval as A
 from reactq.shared.engine import prompts, recorded
+from reactq.shared.engine.callevents import done_data, start_data
 from reactq.shared.engine.state import ToolOutcome
 from reactq.shared.engine.toolexec import execute_call
 from reactq.shared.errors import ApprovalConflict, RunNotFound
 from reactq.shared.models import ToolCallRequest
 from reactq.shared.stores.approvals import Decided
+from reactq.shared.stores.roundtrip import Op
 from reactq.shared.wire import ITERATE, RUNS_QUEUE
 from reactq.workers import webhooks
 from reactq.workers.runs.listeners import Send
@@ -59,8 +61,11 @@ def run_call(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, An
                                                      turn.get("approval"))
         if reason is not None:
             # Such a call never runs unapproved: a claim left by a delivery that died ran
-            # nothing, and this task takes it over ("" = any claim without an approval).
-            return request(rt, run_id, call, turn, reason, token if record is None else "", calls)
+            # nothing, and this task takes it over ("" = any claim without an approval). A
+            # wait the recorded ledger asks for (a call that may have run) follows the
+            # operator's terms, as one the tool demands does.
+            return request(rt, run_id, call, turn, reason, token if record is None else "", calls,
+                           added_by_run=not view.get("reason"))
     if record is not None and record.get("status") == "pending" and tool is not None and not tool.idempotent:
         # An earlier delivery started this call and died: its effect is unknown, and a
         # non-idempotent tool must not silently run twice.
@@ -68,10 +73,15 @@ def run_call(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, An
                            uncertain=True, worker=rt.worker_name,
                            approval=approved.get("approval") if approved else None)
     run = call if approved is None else call.model_copy(update={"arguments": json.loads(approved["args"])})
+
+    async def started() -> None:  # a held call that did not wait: its start once its hooks passed
+        if approved is None and call.id in turn.get("held", ()):
+            rt.approvals.announce(run_id, int(turn["step_no"]), call.id, start_data(int(turn["iteration"]), call))
+
     with otel.tool_span(call.name, call.id, run_id) as span:
         outcome = rt.run(execute_call(run, registry=registry, hooks=rt.hooks, run_id=run_id,
                                       metadata=turn.get("metadata") or {}, worker=rt.worker_name,
-                                      approved=approved is not None))
+                                      approved=approved is not None, on_start=started))
         otel.tool_outcome(span, outcome.error, outcome.blocked, outcome.uncertain)
     if outcome.ask is not None:
         return request(rt, run_id, call, turn, outcome.ask, token, calls)
@@ -82,15 +92,33 @@ def run_call(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, An
     return outcome
 
 
+def announce_done(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any],
+                  outcome: ToolOutcome) -> list[Op]:
+    """In a turn with held calls, a call's ``iteration done`` goes out as it completes, in the
+    write of its close, just before the close counts it in (``callevents``): the fan-in, which
+    starts from ``pub_seq``, comes after it and does not publish it again. Not published
+    (the turn over, the run stopping, the call done elsewhere) only where that no longer matters."""
+    if not turn.get("held"):
+        return []
+    outcome.announced = True
+    data = done_data(int(turn["iteration"]), call, outcome, float(turn["tools_started_at"]), time.time())
+    return [rt.approvals.announce_op(run_id, int(turn["step_no"]), call.id, data)]
+
+
 def request(rt: Runtime, run_id: str, call: ToolCallRequest, turn: dict[str, Any], reason: str,
-            token: str, calls: int) -> ToolOutcome | None:
+            token: str, calls: int, *, added_by_run: bool = False) -> ToolOutcome | None:
     """Ask for a person's decision on ``call`` (this task's claim). The call is answered as
-    cancelled instead when the run is asked to stop."""
-    policy = turn.get("approval") or {}
+    cancelled instead when the run is asked to stop. ``added_by_run``: the wait comes from the
+    run's ``approval`` field (its terms apply; else the operator's, ``approval.terms``)."""
+    tool = rt.tools.get(call.name) if call.name in rt.tools else None
+    timeout_s, on_timeout = A.terms(
+        tool_flag=bool(tool and tool.requires_approval), added_by_run=added_by_run,
+        policy=turn.get("approval"), operator_timeout_s=rt.settings.approval_timeout_s,
+        tool_on_timeout=tool.approval_on_timeout if tool else "reject")
     record = A.request_record(run_id=run_id, call_id=call.id, tool_name=call.name,
                               tool_args=dict(call.arguments), reason=reason, requested_at=time.time(),
-                              timeout_s=int(policy.get("timeout_s") or rt.settings.approval_timeout_s),
-                              on_timeout=str(policy.get("on_timeout") or "reject"))
+                              timeout_s=timeout_s, on_timeout=on_timeout,
+                              tenant=str(turn.get("tenant") or "default"))
     got = rt.approvals.request(record, token=token, step_no=int(turn["step_no"]), calls=calls)
     if got.code == -1:
         return ToolOutcome(tool_call_id=call.id, tool_name=call.name, error=prompts.CANCELLED_OBSERVATION,

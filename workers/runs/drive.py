@@ -66,8 +66,9 @@ def iterate(rt: Runtime, rec: RunRecord, step_no: int | None, send: Send) -> Non
     step = start(rt, rec, send, ITERATE)
     if rec.state is None and not threads.prepare(rt, rec, step.state):
         return
-    if rec.waiting_seen and isinstance(next_step(step.state), RunTools):
-        # Approval events were published while the turn was out (shared/stores/approvals_lua.py).
+    if (rec.waiting_seen or step.state.held_calls) and isinstance(next_step(step.state), RunTools):
+        # Approval events, and the calls' own events of a turn with held calls, were published
+        # while the turn was out (shared/stores/approvals_lua.py).
         step.state.seq = max(step.state.seq, rec.pub_seq)
     flow.set_message_priority(step.state)
     gate: flow.Gate | None = None  # the next LLM turn's, decided before the last commit
@@ -198,6 +199,8 @@ def _answer_step(step: Step, published_seq: int) -> Advance | None:
     """The synthesis through the flow gate; None when it waits for model capacity."""
     if step.io.cancel:
         return step.stop()
+    if step.state.answer_ready:  # the budget's summary: no model call, only its guardrails
+        return _cancellable(step, steps.answer_step(step.state, step.deps, step.io))
     gate = flow.gate(step.rt, step.state, step.deps)
     if gate.wait is not None:
         defer(step, gate.wait, published_seq)

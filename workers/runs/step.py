@@ -86,10 +86,13 @@ def start(rt: Runtime, rec: RunRecord, send: Send, task: str) -> Step:
 
 
 def initial_state(rt: Runtime, rec: RunRecord) -> RunState:
-    """The state of a run before its first step, from its request."""
-    request = RunRequest.model_validate(rec.request)
-    deps = rt.deps_for(None, request.model)
-    state = new_state(request, deps, run_id=rec.run_id)
+    """The state of a run before its first step, from its request (a fork: its seed, the
+    parent's history prepared when the fork was made)."""
+    if rec.seed is not None:
+        state = rec.seed.model_copy(update={"run_id": rec.run_id, "tenant": rec.tenant})
+    else:
+        request = RunRequest.model_validate(rec.request)
+        state = new_state(request, rt.deps_for(None, request.model), run_id=rec.run_id)
     state.tenant = rec.tenant
     if rec.replay is not None:  # another run's recorded calls may answer this run's calls
         policy = ReplayPolicy.model_validate(rec.replay)

@@ -14,14 +14,9 @@ from reactq.shared.engine.conversation import fit_history
 from reactq.shared.engine.state import RunState
 from reactq.shared.events import Event
 from reactq.shared.stores.run_hash import RunRecord
-from reactq.shared.stores.threads import (
-    ThreadStore,
-    arm_first_step,
-    end_of_run,
-    not_started,
-    run_thread,
-)
-from reactq.shared.wire import ITERATE, RUNS_QUEUE
+from reactq.shared.service.ops import send_first_step
+from reactq.shared.service.threads import end_of_run
+from reactq.shared.stores.threads import ThreadStore, arm_first_step, not_started, run_thread
 from reactq.shared.tenancy import thread_key
 from reactq.workers.runtime import Runtime
 
@@ -30,11 +25,7 @@ log = logging.getLogger(__name__)
 
 
 def thread_store(rt: Runtime) -> ThreadStore:
-    ts: ThreadStore | None = getattr(rt, "_thread_store", None)
-    if ts is None:
-        ts = ThreadStore(rt.redis, keys=rt.keys, ttl_seconds=rt.settings.run_ttl_seconds)
-        rt._thread_store = ts  # type: ignore[attr-defined]
-    return ts
+    return rt.stores.threads
 
 
 def prepare(rt: Runtime, rec: RunRecord, state: RunState) -> bool:
@@ -75,7 +66,7 @@ def ended(rt: Runtime, state: RunState, send: Any) -> None:
     nxt = end_of_run(thread_store(rt), rt.store, state.thread_id, state)
     if nxt is not None and nxt != state.run_id and not_started(rt.store, nxt):
         arm_first_step(rt.redis, rt.keys, nxt, handoff_grace(rt.settings.lease_seconds))
-        send(ITERATE, [nxt, 0], RUNS_QUEUE)
+        send_first_step(send, nxt)
 
 
 def handoff_grace(lease_seconds: float) -> float:

@@ -47,16 +47,18 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
     if status == "waiting":
         return  # a person decides; the decision makes the call due again
     outcome = None
+    first: list[Any] = []
     if status != "done":
         outcome = approvals.run_call(rt, run_id, call, turn, record, opened.token, len(calls))
         if outcome is approvals.WAITS:
             return  # it waits for a person, holding nothing (the lease goes as the task ends)
+        first = approvals.announce_done(rt, run_id, call, turn, outcome)
     # Whatever follows the close is a send, covered by the due record the close writes: the
     # lease goes with it.
     release = rt.leases.handoff()
     won, counted = rt.calls.close(run_id, step_no, call_id, outcome, len(calls),
                                   ops=metrics.record_tool(rt.recorder, outcome) if outcome else [],
-                                  then=([release] if release is not None else []) + take())
+                                  then=([release] if release is not None else []) + take(), first=first)
     if outcome is not None and not won:  # another worker finished it while this one was cut off
         log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
     if counted >= len(calls):

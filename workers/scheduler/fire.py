@@ -7,8 +7,9 @@ schedule whose next tick has come (``schedules:due``), tick by tick:
 2. otherwise the tick's run id is the one its idempotency key ``schedule:{id}:{tick}`` names
    for the schedule's tenant (two tenants' schedules of one id fire runs of their own):
    if that run exists (a scheduler died after creating it) it is the tick's run; else the
-   overlap policy decides, and the run is created (``RunStore.create``: written only if
-   absent, the key claimed with ``SET NX``) and its first step sent;
+   overlap policy decides, and the run comes in by the door (``Door.create_run``: the
+   tenant's quota, the dollar-cap rule, written only if absent) like any other. A tick the
+   door refuses is skipped and counted, and the schedule's ``last_error`` names the rule;
 3. the tick is handed on with a compare-and-set on the schedule (``ScheduleStore.advance``).
 
 Whoever runs this at the same time (a scheduler that lost its lock without knowing yet, or
@@ -23,21 +24,18 @@ import time
 from functools import cached_property
 
 import redis
-from celery import Celery
 from pydantic import ValidationError
 
 from reactq.shared.engine.state import TERMINAL_STATUSES
-from reactq.shared.stores.idempotency import idempotent_id
-from reactq.shared.keys import Keys
-from reactq.shared.redisconn import broker_url
-from reactq.shared.redisconn import client as state_client
+from reactq.shared.errors import RequestError
 from reactq.shared.requests import RunRequest
 from reactq.shared.schedule.policy import overlap_action, tick_key, too_late
 from reactq.shared.schedule.times import count_until, iso, next_after
+from reactq.shared.service import Door, Origin, Stores, celery_send
+from reactq.shared.service.ops import cancel_run
 from reactq.shared.settings import Settings
-from reactq.shared.stores.runs import RunStore
-from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
-from reactq.shared.wire import ITERATE, RUNS_QUEUE, celery_config, message_priorities
+from reactq.shared.stores.idempotency import idempotent_id
+from reactq.shared.stores.schedules import ScheduleRecord
 
 log = logging.getLogger("reactq.scheduler")
 
@@ -47,22 +45,15 @@ class Firer:
 
     def __init__(self, settings: Settings, *, redis_client: redis.Redis | None = None) -> None:
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
-        self.r = redis_client or state_client(settings)
-        self.schedules = ScheduleStore(self.r, self.keys)
-        self.runs = RunStore(self.r, keys=self.keys, ttl_seconds=settings.run_ttl_seconds,
-                             maxlen=settings.events_maxlen, due_seconds=settings.due_seconds)
+        self.stores = Stores.from_settings(settings, redis_client=redis_client)
+        self.keys = self.stores.keys
+        self.r = self.stores.redis
+        self.schedules = self.stores.schedules
+        self.runs = self.stores.runs
 
     @cached_property
-    def celery(self) -> Celery:
-        app = Celery("reactq-scheduler-send")
-        app.conf.update(celery_config(self.settings))
-        return app
-
-    def send(self, run_id: str, step_no: int, priority: int | None = None) -> None:
-        args = [run_id, step_no]
-        options = {"priority": priority} if priority else {}
-        self.celery.send_task(ITERATE, args=args, queue=RUNS_QUEUE, argsrepr=repr(args), kwargsrepr="{}", **options)
+    def door(self) -> Door:
+        return Door(self.stores, celery_send(self.settings, "reactq-scheduler-send"))
 
     def fire_due(self, now: float | None = None) -> float:
         """Fire every tick that has come; the seconds until the next one (inf: none)."""
@@ -125,12 +116,14 @@ class Firer:
             req = RunRequest.model_validate({**rec.spec["run"], "idempotency_key": key})
         except ValidationError as exc:
             return None, f"the schedule's run is no longer valid: {exc.errors()[0]['msg']}"
-        rid, created = self.runs.create(run_id, req.model_dump(mode="json"), idempotency_key=key,
-                                        schedule_id=rec.schedule_id, scheduled_for=iso(tick), tenant=rec.tenant)
-        if created:
-            self.send(rid, 0, message_priorities(broker_url(self.settings))[req.priority])
-        log.info("schedule %s: tick %s → run %s", rec.name, iso(tick), rid)
-        return rid, ""
+        origin = Origin("schedule", schedule_id=rec.schedule_id, scheduled_for=iso(tick))
+        try:
+            got = self.door.create_run(req, tenant=rec.tenant, origin=origin, run_id=run_id)
+        except (RequestError, ValidationError) as exc:
+            log.warning("schedule %s: tick %s skipped, refused at the door: %s", rec.name, iso(tick), exc)
+            return None, refusal(exc)
+        log.info("schedule %s: tick %s → run %s", rec.name, iso(tick), got.run_id)
+        return got.run_id, ""
 
     @staticmethod
     def _run_id(rec: ScheduleRecord, tick: int) -> str:
@@ -142,10 +135,16 @@ class Firer:
 
     def _cancel(self, run_id: str) -> None:
         """As ``reactq cancel``: the flag, then a nudge so a run waiting on tools ends now."""
-        rec = self.runs.load(run_id)
-        self.runs.request_cancel(run_id)
-        self.send(run_id, rec.step_no)
-        log.info("cancelled run %s (overlap: cancel_previous)", run_id)
+        if cancel_run(self.runs, self.door.send, run_id):
+            log.info("cancelled run %s (overlap: cancel_previous)", run_id)
+
+
+def refusal(exc: Exception) -> str:
+    """A tick's refusal as the schedule's ``last_error``: the rule and its message."""
+    if isinstance(exc, ValidationError):
+        return f"the schedule's run is no longer valid: {exc.errors()[0]['msg']}"
+    field = getattr(exc, "field", None)
+    return f"refused at the door ({field}): {exc}" if field else f"refused at the door: {exc}"
 
 
 __all__ = ["Firer"]
