@@ -199,7 +199,8 @@ class Dispatcher:
                batch_id: str | None = None, schedule_id: str | None = None,
                scheduled_for: str | None = None, tenant: str = DEFAULT_TENANT,
                batch_cost_budget_usd: float | None = None, caller: Caller | None = None,
-               seed: RunState | None = None, forked_from: dict[str, Any] | None = None) -> RunHandle:
+               seed: RunState | None = None, forked_from: dict[str, Any] | None = None,
+               replay: dict[str, Any] | None = None) -> RunHandle:
         """Admit, store and enqueue a run of ``tenant`` (``Door.create_run``). An
         ``idempotency_key`` the tenant used before returns the existing run and enqueues
         nothing. ``batch_id`` files the run under its HTTP batch in the run index (``GET
@@ -207,12 +208,14 @@ class Dispatcher:
         tick, on a tick's run). ``batch_cost_budget_usd``: the batch's dollar cap, which every
         call of the run is held against (with ``batch_id``). ``caller``: the key that asks
         (the gateway's), checked for the scopes the request needs. A fork
-        (``dispatcher/fork.py``) starts from ``seed``, its first state, and records ``forked_from``."""
+        (``dispatcher/fork.py``) starts from ``seed``, its first state, and records ``forked_from``.
+        ``replay``: a ``ReplayPolicy`` (as JSON) whose recorded calls answer the run's calls (an
+        eval's replay of an earlier eval, ``reactq.shared.engine.recorded``)."""
         kind: OriginKind = ("fork" if forked_from else "batch" if batch_id else "schedule" if schedule_id
                             else "run")
         origin = Origin(kind, batch_id=batch_id, batch_cost_budget_usd=batch_cost_budget_usd,
                         schedule_id=schedule_id, scheduled_for=scheduled_for, seed=seed,
-                        forked_from=forked_from)
+                        forked_from=forked_from, replay=replay)
         got = self.door.create_run(request, tenant=tenant, caller=caller, origin=origin, run_id=run_id)
         handle = RunHandle(self, got.run_id, created=got.created)
         handle.injected, handle.interrupt_id = got.injected, got.interrupt_id

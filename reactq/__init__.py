@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     )
     from reactq.dispatcher.client import Dispatcher, RunHandle
     from reactq.dispatcher.dag import DagDispatcher, DagHandle
+    from reactq.shared.evals.scoring import Score, evaluator
     from reactq.shared.errors import (
         ConfigError,
         LLMError,
@@ -66,6 +67,8 @@ __all__ = [
     # tools and hooks: what a plugin author writes
     "tool", "Tool", "ToolRegistry", "ToolResult", "Artifact",
     "hook", "Hook", "HookContext", "HookPoint", "HookRegistry", "HookResult",
+    # evals: custom evaluators
+    "evaluator", "Score",
     # running agents: in the cluster (Redis) and over HTTP
     "RunRequest", "DagRequest", "Dispatcher", "RunHandle", "DagDispatcher", "DagHandle", "run_local",
     "Client", "AsyncClient",
@@ -108,6 +111,8 @@ _HOME: dict[str, str] = {
     "ToolError": "reactq.shared.errors",
     "ToolNotFound": "reactq.shared.errors",
     "hook": "reactq.shared.hooks.decorator",
+    "evaluator": "reactq.shared.evals.scoring",
+    "Score": "reactq.shared.evals.scoring",
     "Hook": "reactq.shared.hooks",
     "HookContext": "reactq.shared.hooks",
     "HookPoint": "reactq.shared.hooks",

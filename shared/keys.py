@@ -46,7 +46,9 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
 | ``batch:{id}:spend``              | hash   | LLM middleware        | ``run_ttl`` after its last call |
 |   a batch with ``cost_budget_usd``: spent, held, r:<run id> (``shared/stores/spend.py``)
-| ``dags``, ``batches``             | zset   | dispatcher, gateway   | none (ids by created_at)    |
+| ``eval:{id}`` / ``eval:{id}:cases`` | hash / hash | the eval's driver  | ``REACTQ_EVAL_TTL_S`` (30 days) |
+|   an eval's definition and summary (``shared/stores/evals.py``); its cases' scores by case id
+| ``dags``, ``batches``, ``evals``  | zset   | dispatcher, gateway   | none (ids by created_at)    |
 |   the indexes behind ``GET /v1/dags`` and ``GET /v1/batches`` (``shared/stores/listing.py``),
 |   written before the object; members whose hash expired are dropped by the listing
 | ``metrics:<family>:<N>``          | hash   | workers               | none (N < ``METRICS_SHARDS``)|
@@ -279,6 +281,19 @@ class Keys:
 
     def batch_driver(self, batch_id: str) -> str:
         return f"{self.batch(batch_id)}:driver"
+
+    # -- evals ---------------------------------------------------------------------------
+    def eval(self, eval_id: str) -> str:
+        return f"{self.prefix}eval:{{{eval_id}}}"
+
+    def eval_cases(self, eval_id: str) -> str:
+        """An eval's scored cases (hash: case id → JSON record)."""
+        return f"{self.eval(eval_id)}:cases"
+
+    @property
+    def evals_index(self) -> str:
+        """Eval ids by created_at (``GET /v1/evals``)."""
+        return f"{self.prefix}evals"
 
     def batch_spend(self, batch_id: str) -> str:
         """A batch's dollars under its ``cost_budget_usd`` (hash: spent, held, r:<run>)."""

@@ -182,6 +182,11 @@ class Settings(BaseSettings):
     """A wait for capacity up to this long is waited out in place; longer frees the slot."""
     approval_timeout_s: int = Field(86_400, ge=1, le=30 * 24 * 3600)
     """How long an approval waits when the run's ``approval.timeout_s`` does not say."""
+    evaluators: str = ""
+    """Custom eval evaluators: comma-separated ``module:attr`` entries naming functions decorated
+    with ``@reactq.evaluator`` (loaded where evals are scored: the gateway, ``reactq eval``)."""
+    eval_ttl_s: int = Field(30 * 86_400, ge=60)
+    """How long an eval's record and scores are kept (longer than its runs)."""
     connector_rate_limit: int = Field(10, ge=0, le=1_000_000)
     """The built-in ``rate_limiter`` hook: calls per connector tool (a ``server__tool`` name,
     e.g. every MCP tool) per ``connector_rate_window_s``, counted in each worker process;

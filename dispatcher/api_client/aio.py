@@ -31,6 +31,10 @@ from reactq.dispatcher.api_client.models import (
     Dag,
     DagFork,
     DagList,
+    Eval,
+    EvalCases,
+    EvalComparison,
+    EvalList,
     Interrupt,
     Fork,
     Run,
@@ -63,6 +67,7 @@ class AsyncClient:
         self.approvals = AsyncApprovals(self)
         self.schedules = AsyncSchedules(self)
         self.keys = AsyncKeys(self)
+        self.evals = AsyncEvals(self)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -253,6 +258,33 @@ class AsyncSchedules(_Resource):
 
     async def trigger(self, schedule_id: str, *, tenant: str | None = None) -> Run:
         return await self._c.call(routes.trigger_schedule(schedule_id, tenant))
+
+
+class AsyncEvals(_Resource):
+    async def create(self, cases: Sequence[Any], evaluators: Sequence[str], **fields: Any) -> Eval:
+        """``fields``: name, model, judge_model, system_prompt, concurrency, replay_from, live_tools."""
+        return await self._c.call(routes.create_eval(cases, evaluators, fields))
+
+    async def get(self, eval_id: str) -> Eval:
+        return await self._c.call(routes.get_eval(eval_id))
+
+    async def list(self, *, limit: int | None = None, cursor: str | None = None) -> EvalList:
+        return await self._c.call(routes.list_evals(limit, cursor))
+
+    async def cases(self, eval_id: str, *, limit: int | None = None, cursor: str | None = None) -> EvalCases:
+        return await self._c.call(routes.eval_cases(eval_id, limit, cursor))
+
+    async def compare(self, a: str, b: str) -> EvalComparison:
+        return await self._c.call(routes.compare_evals(a, b))
+
+    async def wait(self, eval_id: str, *, timeout: float | None = None, poll: float = 0.2) -> Eval:
+        """Poll until the eval ended (``TimeoutError`` after ``timeout`` seconds)."""
+        started = time.monotonic()
+        while not (got := await self.get(eval_id)).done:
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise TimeoutError(f"eval {eval_id} still {got.status} after {timeout}s")
+            await asyncio.sleep(poll)
+        return got
 
 
 class AsyncKeys(_Resource):

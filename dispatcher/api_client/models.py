@@ -145,6 +145,53 @@ class BatchList(Page):
     batches: list[Batch] = Field(default_factory=list)
 
 
+class Eval(_Model):
+    """An eval: its counts and scores (``GET /v1/evals/{id}``), or its ids on create."""
+
+    eval_id: str
+    batch_id: str | None = None
+    name: str | None = None
+    status: str | None = None
+    """running, done or cancelled."""
+    total: int | None = None
+    counts: dict[str, int] | None = None
+    pass_rate: float | None = None
+    """Cases that passed every evaluator that applies, of the cases that ran."""
+    scores: dict[str, Any] | None = None
+    """By evaluator: ``{pass_rate, mean, scored}``."""
+    cost_usd: float | None = None
+    judge_cost_usd: float | None = None
+    """The judge's dollars, apart from the runs'."""
+    latency_ms: dict[str, Any] | None = None
+    invalid: list[dict[str, Any]] | None = None
+    """On create: the cases refused (``{line, id, error}``)."""
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("done", "cancelled")
+
+
+class EvalList(Page):
+    evals: list[Eval] = Field(default_factory=list)
+
+
+class EvalCases(Page):
+    """A page of an eval's cases: ``{case_id, run_id, status, scores, answer, output, cost_usd, turns, …}``."""
+
+    cases: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class EvalComparison(_Model):
+    """Two evals compared: the cases that flipped, each changed case by evaluator, the deltas."""
+
+    a: str
+    b: str
+    fixed: list[str] = Field(default_factory=list)
+    broken: list[str] = Field(default_factory=list)
+    cases: list[dict[str, Any]] = Field(default_factory=list)
+    deltas: dict[str, Any] = Field(default_factory=dict)
+
+
 class ThreadRun(_Model):
     run_id: str
     status: str | None = None
@@ -205,6 +252,7 @@ class ApiKeyList(_Model):
 
 
 __all__ = ["TERMINAL", "ApiKey", "ApiKeyList", "Approval", "ApprovalList", "Batch", "BatchList", "Dag",
+           "Eval", "EvalCases", "EvalComparison", "EvalList",
            "DagList", "Interrupt", "Page", "Run", "RunList", "RunRow", "Schedule", "ScheduleList",
            "StreamEvent", "Thread", "ThreadRun"]
 

@@ -21,6 +21,10 @@ from reactq.dispatcher.api_client.models import (
     Dag,
     DagFork,
     DagList,
+    Eval,
+    EvalCases,
+    EvalComparison,
+    EvalList,
     Fork,
     Interrupt,
     Run,
@@ -126,6 +130,30 @@ def cancel_dag(dag_id: str) -> Call[Dag]:
 
 def interrupt_dag(dag_id: str, content: str) -> Call[Interrupt]:
     return Call("POST", f"/v1/dags/{_p(dag_id)}/interrupts", Interrupt.parse, json={"content": content})
+
+
+# -- evals --------------------------------------------------------------------------------------
+
+def create_eval(cases: Sequence[Any], evaluators: Sequence[str], fields: dict[str, Any]) -> Call[Eval]:
+    body = {"cases": list(cases), "evaluators": list(evaluators), **{k: v for k, v in fields.items() if v is not None}}
+    return Call("POST", "/v1/evals", Eval.model_validate, json=body)
+
+
+def get_eval(eval_id: str) -> Call[Eval]:
+    return Call("GET", f"/v1/evals/{_p(eval_id)}", Eval.model_validate, retry=True)
+
+
+def list_evals(limit: int | None, cursor: str | None) -> Call[EvalList]:
+    return Call("GET", "/v1/evals", EvalList.model_validate, params={"limit": limit, "cursor": cursor}, retry=True)
+
+
+def eval_cases(eval_id: str, limit: int | None, cursor: str | None) -> Call[EvalCases]:
+    return Call("GET", f"/v1/evals/{_p(eval_id)}/cases", EvalCases.model_validate,
+                params={"limit": limit, "cursor": cursor}, retry=True)
+
+
+def compare_evals(a: str, b: str) -> Call[EvalComparison]:
+    return Call("GET", f"/v1/evals/{_p(a)}/compare/{_p(b)}", EvalComparison.model_validate, retry=True)
 
 
 # -- batches ------------------------------------------------------------------------------------

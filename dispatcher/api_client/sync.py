@@ -32,6 +32,10 @@ from reactq.dispatcher.api_client.models import (
     Dag,
     DagFork,
     DagList,
+    Eval,
+    EvalCases,
+    EvalComparison,
+    EvalList,
     Interrupt,
     Fork,
     Run,
@@ -66,6 +70,7 @@ class Client:
         self.approvals = Approvals(self)
         self.schedules = Schedules(self)
         self.keys = Keys(self)
+        self.evals = Evals(self)
 
     def close(self) -> None:
         self._http.close()
@@ -255,6 +260,33 @@ class Schedules(_Resource):
 
     def trigger(self, schedule_id: str, *, tenant: str | None = None) -> Run:
         return self._c.call(routes.trigger_schedule(schedule_id, tenant))
+
+
+class Evals(_Resource):
+    def create(self, cases: Sequence[Any], evaluators: Sequence[str], **fields: Any) -> Eval:
+        """``fields``: name, model, judge_model, system_prompt, concurrency, replay_from, live_tools."""
+        return self._c.call(routes.create_eval(cases, evaluators, fields))
+
+    def get(self, eval_id: str) -> Eval:
+        return self._c.call(routes.get_eval(eval_id))
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> EvalList:
+        return self._c.call(routes.list_evals(limit, cursor))
+
+    def cases(self, eval_id: str, *, limit: int | None = None, cursor: str | None = None) -> EvalCases:
+        return self._c.call(routes.eval_cases(eval_id, limit, cursor))
+
+    def compare(self, a: str, b: str) -> EvalComparison:
+        return self._c.call(routes.compare_evals(a, b))
+
+    def wait(self, eval_id: str, *, timeout: float | None = None, poll: float = 0.2) -> Eval:
+        """Poll until the eval ended (``TimeoutError`` after ``timeout`` seconds)."""
+        started = time.monotonic()
+        while not (got := self.get(eval_id)).done:
+            if timeout is not None and time.monotonic() - started > timeout:
+                raise TimeoutError(f"eval {eval_id} still {got.status} after {timeout}s")
+            time.sleep(poll)
+        return got
 
 
 class Keys(_Resource):

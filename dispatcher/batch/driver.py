@@ -102,10 +102,11 @@ class BatchDriver:
             req = item.request
             if req.idempotency_key is None:
                 req = req.model_copy(update={"idempotency_key": idem_key(self.source, item.id, req)})
+            extra = {"replay": item.replay} if item.replay else {}
             try:
                 handle = (self.dispatcher.submit(req, batch_id=self.batch_id, tenant=self.tenant,
-                                                 batch_cost_budget_usd=self.cost_budget_usd)
-                          if self.batch_id else self.dispatcher.submit(req, tenant=self.tenant))
+                                                 batch_cost_budget_usd=self.cost_budget_usd, **extra)
+                          if self.batch_id else self.dispatcher.submit(req, tenant=self.tenant, **extra))
             except ValidationError as exc:
                 item.error = f"line {item.line}: {format_validation(exc)}"
                 self.report(invalid_result(item))
@@ -123,10 +124,10 @@ class BatchDriver:
                 self.report(invalid_result(item))
                 continue
             if not handle.created:
-                self._repair(handle.run_id, req)
+                self._repair(handle.run_id, req, item.replay)
             inflight[handle.run_id] = item
 
-    def _repair(self, run_id: str, req: RunRequest) -> None:
+    def _repair(self, run_id: str, req: RunRequest, replay: dict[str, Any] | None = None) -> None:
         """Re-attaching to a run an earlier attempt submitted: make sure it will finish.
 
         That attempt may have been killed half-way through ``submit``: after taking the
@@ -139,7 +140,8 @@ class BatchDriver:
         [[raw]] = d.store.fields_of([run_id], "status")
         if raw is None:
             log.warning("run %s was never stored (an earlier attempt died in submit); storing it", run_id)
-            origin = Origin("batch", batch_id=self.batch_id, batch_cost_budget_usd=self.cost_budget_usd)
+            origin = Origin("batch", batch_id=self.batch_id, batch_cost_budget_usd=self.cost_budget_usd,
+                            replay=replay)
             d.door.create_run(req, tenant=self.tenant, origin=origin, run_id=run_id)
         elif raw == "queued":
             d.door.start_run(run_id, req.priority)

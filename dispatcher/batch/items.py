@@ -34,15 +34,18 @@ class BatchItem:
     id: str | int
     request: RunRequest | None = None
     error: str | None = None
+    replay: dict[str, Any] | None = None
+    """A ``ReplayPolicy`` (as JSON) for the line's run: an eval's replay of an earlier eval."""
 
     def to_dict(self) -> dict[str, Any]:
         req = self.request.model_dump(mode="json", exclude_defaults=True) if self.request else None
-        return {"line": self.line, "id": self.id, "request": req, "error": self.error}
+        out = {"line": self.line, "id": self.id, "request": req, "error": self.error}
+        return {**out, "replay": self.replay} if self.replay else out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BatchItem:
         req = RunRequest.model_validate(d["request"]) if d.get("request") is not None else None
-        return cls(line=int(d["line"]), id=d["id"], request=req, error=d.get("error"))
+        return cls(line=int(d["line"]), id=d["id"], request=req, error=d.get("error"), replay=d.get("replay"))
 
 
 def format_validation(exc: ValidationError) -> str:

@@ -9,7 +9,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NotRequired, TypedDict, cast
 
 import redis
@@ -100,6 +100,11 @@ class BatchStore:
 
     def tenant(self, batch_id: str) -> str:
         return owner_of(self.r.hget(self.keys.batch(batch_id), "tenant"))
+
+    def eval_of(self, batch_id: str) -> str | None:
+        """The eval whose cases the batch runs (None: a plain batch)."""
+        raw = self.r.hget(self.keys.batch(batch_id), "eval_id")
+        return raw.decode() if isinstance(raw, bytes) else raw or None
 
     def cost_budget(self, batch_id: str) -> float | None:
         raw = self.r.hget(self.keys.batch(batch_id), "cost_budget_usd")
@@ -204,8 +209,10 @@ class BatchStore:
 
 
 def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder: str,
-                       stop: threading.Event) -> None:
-    """Drive one HTTP batch to its end (in a thread of the gateway)."""
+                       stop: threading.Event, *, on_line: Callable[[dict[str, Any]], None] | None = None,
+                       on_progress: Callable[[Tally], None] | None = None) -> None:
+    """Drive one HTTP batch to its end (in a thread of the gateway). ``on_line``: each
+    result line once it is stored (an eval scores it); ``on_progress``: the tally each tick."""
     items, concurrency, done = store.items(batch_id)
     todo = [it for it in items if it.line not in done]
     last_renew = time.monotonic()
@@ -216,9 +223,15 @@ def drive_stored_batch(dispatcher: Any, store: BatchStore, batch_id: str, holder
         if time.monotonic() - last_renew > BatchStore.LEASE_MS / 3000:
             store.renew(batch_id, holder)
             last_renew = time.monotonic()
+        if on_progress is not None:
+            on_progress(t)
 
-    driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency,
-                         on_result=lambda res: store.add_result(batch_id, res, driver.tally.running),
+    def result(res: dict[str, Any]) -> None:
+        store.add_result(batch_id, res, driver.tally.running)
+        if on_line is not None:
+            on_line(res)
+
+    driver = BatchDriver(dispatcher, f"http-batch:{batch_id}", concurrency, on_result=result,
                          on_tick=tick, stop=stop,
                          batch_id=batch_id, token_budget=store.token_budget(batch_id),
                          cancelled=lambda: store.cancel_requested(batch_id), tenant=store.tenant(batch_id),

@@ -5,6 +5,7 @@
 ``listing``        ``runs`` (the run index: filters, pages, ``--json``)
 ``batches``        ``batch FILE`` (a JSONL file, driven here), ``batch status|cancel
                    BATCH_ID`` (an HTTP batch, driven by a gateway)
+``evals``          ``eval DATASET`` (cases run and scored here), ``eval show|compare``
 ``dags``           ``dag PLAN.json | --goal TEXT``; ``dag_ids``: ``dag status|watch|cancel``
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
 ``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
@@ -54,12 +55,15 @@ VERBS: dict[str, dict[str | None, str]] = {
             "fork": "forks:dag_fork"},
     "batch": {None: "batches:batch", "status": "batches:status", "cancel": "batches:cancel",
               "fork": "forks:batch_fork"},
+    "eval": {None: "evals:run_eval", "show": "evals:show", "compare": "evals:compare"},
 }
 _VERB_HELP = {
     "dag": "Run a DAG ('reactq dag PLAN.json' or 'reactq dag --goal TEXT'), or act on one: "
            "'reactq dag status|watch|cancel|fork DAG_ID'.",
     "batch": "Run a JSONL file of runs here ('reactq batch FILE -o OUT'), or act on an HTTP batch: "
              "'reactq batch status|cancel|fork BATCH_ID'.",
+    "eval": "Run a dataset of cases and score every run ('reactq eval DATASET.jsonl'), or read evals: "
+            "'reactq eval show ID', 'reactq eval compare A B'.",
 }
 
 

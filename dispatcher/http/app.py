@@ -20,6 +20,7 @@ from reactq.dispatcher.http import catalog as catalog_http
 from reactq.dispatcher.http import flow as flow_http
 from reactq.dispatcher.http import runs_index as runs_index_http
 from reactq.dispatcher.http import threads as threads_http
+from reactq.dispatcher.http import evals as evals_http
 from reactq.dispatcher.http import ui as ui_http
 from reactq.dispatcher.http import approvals, batches, dags, errors, forks, keys, openapi, ops, runs, schedules, webhooks
 from reactq.dispatcher.http.gateway import Gateway
@@ -35,7 +36,7 @@ log = logging.getLogger("reactq.http")
 
 ROUTERS: list[APIRouter] = [runs.router, forks.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
-                            flow_http.router, schedules.router, approvals.router, webhooks.router]
+                            flow_http.router, schedules.router, approvals.router, webhooks.router, evals_http.router]
 
 
 DESCRIPTION = (

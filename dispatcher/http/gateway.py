@@ -31,6 +31,7 @@ from reactq.shared.inputs import ID_PATTERN
 from reactq.shared.requests import THREAD_ID_PATTERN
 from reactq.shared.redisconn import _state_url, async_client, connection_options
 from reactq.shared.settings import Settings
+from reactq.shared.stores.evals import EvalStore
 
 log = logging.getLogger("reactq.http")
 
@@ -126,23 +127,40 @@ class Gateway:
     def batches(self) -> BatchStore:
         return BatchStore(self.dispatcher.redis, self.keys, self.settings.run_ttl_seconds)
 
+    @cached_property
+    def evals(self) -> EvalStore:
+        return EvalStore(self.dispatcher.redis, self.keys, self.settings.eval_ttl_s)
+
     def start_batch(self, batch_id: str) -> None:
         """Drive a batch in the batch pool; the task set keeps a reference until it ends."""
-        fut = asyncio.get_running_loop().run_in_executor(
-            self.batch_pool, drive_stored_batch, self.dispatcher, self.batches, batch_id, self.holder, self.stop)
+        self._drive(drive_stored_batch, self.dispatcher, self.batches, batch_id, self.holder, self.stop)
+
+    def start_eval(self, eval_id: str) -> None:
+        """Drive an eval's batch in the batch pool, scoring each line as it ends."""
+        from reactq.dispatcher.evals.drive import drive_eval
+
+        self._drive(drive_eval, self.dispatcher, self.evals, self.batches, eval_id, self.holder, self.stop)
+
+    def _drive(self, fn: Any, *args: Any) -> None:
+        fut = asyncio.get_running_loop().run_in_executor(self.batch_pool, fn, *args)
         self.tasks.add(fut)
         fut.add_done_callback(self.tasks.discard)
 
     async def resume_batches(self) -> None:
         """Drive the batches left running by a gateway that went away (lease expired)."""
         loop = asyncio.get_running_loop()
-        for batch_id in await loop.run_in_executor(self.batch_pool, self._claim_unfinished):
+        for batch_id, eval_id in await loop.run_in_executor(self.batch_pool, self._claim_unfinished):
             log.info("resuming batch %s", batch_id)
-            self.start_batch(batch_id)
+            if eval_id:
+                self.start_eval(eval_id)
+            else:
+                self.start_batch(batch_id)
 
-    def _claim_unfinished(self) -> list[str]:
+    def _claim_unfinished(self) -> list[tuple[str, str | None]]:
+        """(batch id, the eval it runs or None) of the unfinished batches this gateway took."""
         store = self.batches
-        return [b for b in store.unfinished() if store.claim(b, self.holder)]
+        taken = [b for b in store.unfinished() if store.claim(b, self.holder)]
+        return [(b, store.eval_of(b)) for b in taken]
 
     async def close(self) -> None:
         self.stop.set()

@@ -34,7 +34,7 @@ router = APIRouter(tags=["ui"])
 _TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
           "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
 _FILES = ("index.html", "app.css", "core.js", "runs.js", "approvals.js", "run.js", "fork.js", "batch.js", "dag.js",
-          "app.js")
+          "eval.js", "app.js")
 # The page may load nothing from elsewhere and run no inline script.
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'")

@@ -1,5 +1,5 @@
 // reactq viewer: boot, token prompt, theme, and the #fragment router.
-// Pages: #/runs, #/run/{id}, #/batch/{id}, #/dag/{id}.
+// Pages: #/runs, #/run/{id}, #/batch/{id}, #/dag/{id}, #/evals, #/eval/{id}.
 "use strict";
 (function () {
   const { h } = RQ;

@@ -62,6 +62,8 @@ class Origin:
     """A fork's first state: its parent's history before the fork point (``shared/fork``)."""
     forked_from: dict[str, Any] | None = None
     """A fork's ``{run_id, turn}``, kept on its record."""
+    replay: dict[str, Any] | None = None
+    """An eval's replay: a ``ReplayPolicy`` (as JSON) whose recorded calls answer the run's calls."""
 
 
 PLAIN = Origin()
@@ -149,7 +151,8 @@ class Door:
                                             batch_id=origin.batch_id, schedule_id=origin.schedule_id,
                                             scheduled_for=origin.scheduled_for, tenant=tenant,
                                             batch_cost_budget_usd=origin.batch_cost_budget_usd,
-                                            seed=origin.seed, forked_from=origin.forked_from)
+                                            seed=origin.seed, forked_from=origin.forked_from,
+                                            replay=origin.replay)
         if created:
             self.start_run(stored, req.priority)
         return Created(stored, created)

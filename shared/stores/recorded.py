@@ -10,6 +10,7 @@ from typing import Any
 
 from reactq.shared.engine.recorded import Recorded, RecordedCall, ReplayPolicy, recorded_calls, run_calls
 from reactq.shared.engine.state import RunState
+from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.streams import text
 
@@ -31,7 +32,12 @@ def calls_of(store: RunStore, state: RunState, idempotent: Mapping[str, bool], *
 def load_recorded(store: RunStore, policy: ReplayPolicy, idempotent: Mapping[str, bool]) -> Recorded:
     """``policy``'s recorded calls, read from its source run (``RunNotFound`` once it expired).
     ``idempotent``: each tool's flag (a tool not listed counts as not idempotent)."""
-    src = store.load(policy.source_run).state
+    try:
+        src = store.load(policy.source_run).state
+    except RunNotFound:
+        if policy.match != "done":
+            raise
+        src = None  # a replay (only calls recorded done match) of a run that is gone: none match
     calls = [] if src is None else calls_of(store, src, idempotent, from_turn=policy.from_turn,
                                             only_done=policy.match == "done")
     return Recorded(policy=policy, calls=calls)

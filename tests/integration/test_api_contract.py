@@ -49,6 +49,7 @@ from reactq.shared.api.approvals import ApprovalPage, Decided, RunApprovals
 from reactq.shared.api.errors import ERROR_CODES
 from reactq.shared.api.keys import KeyCreated, KeyList, KeyRevoked
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
+from reactq.shared.api.evals import EvalCasePage, EvalCompare, EvalCreated, EvalPage, EvalView
 from reactq.shared.api.ops import FlowModels
 from reactq.shared.api.webhooks import Deliveries
 from tests.integration.conftest import worker_env
@@ -205,6 +206,16 @@ def test_every_route_answers_its_declared_model(api: httpx2.Client, spec: dict[s
           json={"paused": False, "interval_s": 7200})
     check("POST", "/v1/schedules/{schedule_id}/trigger", Triggered, 202, f"/v1/schedules/{sid}/trigger")
     check("DELETE", "/v1/schedules/{schedule_id}", None, 204, f"/v1/schedules/{sid}")
+
+    eq = llm.script(llm.unique("contract eval"), [reply_text("e")], synthesis=reply_text("yes"))
+    made_eval: EvalCreated = check("POST", "/v1/evals", EvalCreated, 202, json={
+        "cases": [{"id": "a", "query": eq, "expected": "yes"}, {"id": "b", "query": ""}], "evaluators": ["exact"]})
+    eid = made_eval.eval_id
+    _wait(api, f"/v1/evals/{eid}", ("done",))
+    assert check("GET", "/v1/evals/{eval_id}", EvalView, 200, f"/v1/evals/{eid}").pass_rate == 1.0
+    check("GET", "/v1/evals/{eval_id}/cases", EvalCasePage, 200, f"/v1/evals/{eid}/cases")
+    assert eid in [e.eval_id for e in check("GET", "/v1/evals", EvalPage, 200).evals]
+    check("GET", "/v1/evals/{eval_id}/compare/{other_id}", EvalCompare, 200, f"/v1/evals/{eid}/compare/{eid}")
 
     key: KeyCreated = check("POST", "/v1/keys", KeyCreated, 201,
                             json={"tenant": "contract", "scopes": ["runs:read"], "name": "contract"})

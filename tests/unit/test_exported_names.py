@@ -11,6 +11,8 @@ EXPECTED = {
     # tools and hooks
     "tool", "Tool", "ToolRegistry", "ToolResult", "Artifact",
     "hook", "Hook", "HookContext", "HookPoint", "HookRegistry", "HookResult",
+    # evals
+    "evaluator", "Score",
     # running agents: in the cluster and over HTTP
     "RunRequest", "DagRequest", "Dispatcher", "RunHandle", "DagDispatcher", "DagHandle", "run_local",
     "Client", "AsyncClient",
