@@ -1,14 +1,15 @@
 """MCP tasks over reactq runs: a task is a run, its state the run's, in Redis.
 
-The installed ``mcp`` package (2.x) carries no task runtime: it keeps the 2025-11-25 task types
-(``mcp_types``: ``Task``, ``CreateTaskResult``, ``GetTaskRequestParams`` …) and lets a server
-add methods and wrap ``tools/call`` through an extension. ``RunTasks`` is that extension,
-advertised as ``io.modelcontextprotocol/tasks``:
+The installed ``mcp`` package (2.x) carries no task runtime: it keeps the task types of the
+protocol's first tasks design (``mcp_types``: ``Task``, ``CreateTaskResult``,
+``GetTaskRequestParams`` …) and lets a server add methods and wrap ``tools/call`` through an
+extension. ``RunTasks`` is that extension, advertised as ``io.modelcontextprotocol/tasks``:
 
 * a ``tools/call`` of ``reactq_run`` whose params carry ``task`` (``{ttl?}``) makes the run and
   answers at once ``{resultType: "task", task: {taskId: <run id>, status: "working", …}}`` —
-  on a 2026-07-28 connection (the ``mcp`` client's default); a handshake-era connection cannot
-  carry that answer in this SDK, so there such a call is refused with ``INVALID_PARAMS``;
+  on a connection of the current (handshake-free) revision, the ``mcp`` client's default; a
+  handshake-era connection cannot carry that answer in this SDK, so there such a call is
+  refused with ``INVALID_PARAMS``;
 * ``tasks/get`` → the task: ``working`` (queued, running), ``input_required`` (an approval of
   the run waits for a person; ``statusMessage`` names it), ``completed``, ``failed``,
   ``cancelled``; ``tasks/result`` → the tool result (waiting for the run's end);
@@ -84,8 +85,8 @@ class RunTasks(Extension):
         if params.task is None or params.name != TOOL:
             return await call_next(ctx)
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            raise MCPError(code=INVALID_PARAMS, message="a task-augmented reactq_run needs a 2026-07-28 connection "
-                                                        "(this server answers tasks only there)")
+            raise MCPError(code=INVALID_PARAMS, message="a task-augmented reactq_run needs a connection of the current protocol "
+                                                        "revision (this server answers tasks only there)")
         view, caller = self.access(), self._caller(ctx)
         run_id = await start_run(view, caller, dict(params.arguments or {}))
         ttl = view.d.settings.run_ttl_seconds
