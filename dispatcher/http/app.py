@@ -11,7 +11,7 @@ import asyncio
 import gc
 import logging
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 
 import redis
 from fastapi import APIRouter, FastAPI
@@ -84,7 +84,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     if keepalive is None:
         keepalive = settings.sse_keepalive
     gw = Gateway(settings, keepalive)
-    mcp_sessions: list[AbstractAsyncContextManager[None]] = []
+    mcp_endpoints: list[mcp_mount.McpEndpoint] = []
 
     @asynccontextmanager
     async def gateway_lifespan() -> AsyncIterator[None]:
@@ -100,7 +100,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        async with gateway_lifespan(), mcp_sessions[0]:  # the gateway's, then /mcp's session manager
+        async with gateway_lifespan(), mcp_endpoints[0].serving():  # the gateway's, then /mcp's server
             yield
 
     # redirect_slashes off: ``/v1/runs/`` is a 404 in the one error shape, not a redirect.
@@ -111,7 +111,7 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     openapi.install(app)
     for router in ROUTERS:
         app.include_router(router)
-    mcp_sessions.append(mcp_mount.install(app, gw))
+    mcp_endpoints.append(mcp_mount.install(app, gw))
     # Added innermost first: auth refuses before a large body is read at all, and only a
     # body within the limit is parsed.
     app.add_middleware(StrictJson)

@@ -34,7 +34,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from reactq.dispatcher.mcp.server import TOOL, Access, result_of, start_run
+from reactq.dispatcher.mcp.calls import TOOL, Access, caller_of_context, result_of, start_run
 from reactq.dispatcher.protocols.runview import RunView, Snapshot
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RunNotFound
@@ -76,8 +76,6 @@ class RunTasks(Extension):
                 MethodBinding("tasks/list", types.PaginatedRequestParams, self._list)]
 
     def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
-        from reactq.dispatcher.mcp.server import caller_of_context
-
         return caller_of_context(Context(request_context=ctx), self.default_caller)
 
     async def intercept_tool_call(self, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any, Any],

@@ -63,7 +63,7 @@ class RunView:
         """The run now (``RunNotFound`` when it does not exist or expired)."""
         import json
 
-        raw = await self.ar.hmget(self.d.keys.run(run_id), ["status", "created_at", "result", "request", "tenant",
+        raw = await self.ar.hmget(run_record(self.d.keys, run_id).hash_key, ["status", "created_at", "result", "request", "tenant",
                                                                  "updated_at"])
         if raw[0] is None:
             raise RunNotFound(f"no run with id {run_id!r} (it may have expired)")
@@ -74,7 +74,7 @@ class RunView:
     async def events(self, run_id: str, after: str | None = None, *, block_ms: int | None = None,
                      count: int = 500) -> list[tuple[str, Event]]:
         """Events after stream id ``after`` (None: from the start); ``block_ms``: wait for one."""
-        key = self.d.keys.run_events(run_id)
+        key = run_record(self.d.keys, run_id).events_key
         if block_ms is None:
             raw: list[Any] = await self.ar.xrange(key, min=f"({after}" if after else "-", count=count) or []
         else:
@@ -109,7 +109,7 @@ class RunView:
     async def wait(self, run_id: str, statuses: Collection[str], timeout: float | None = None) -> Snapshot:
         """The run once its status is in ``statuses`` or it ended (or at ``timeout`` seconds)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        tail = await self.ar.xrevrange(self.d.keys.run_events(run_id), count=1)
+        tail = await self.ar.xrevrange(run_record(self.d.keys, run_id).events_key, count=1)
         cursor = text(tail[0][0]) if tail else "0-0"
         while True:
             snap = await self.snapshot(run_id)
