@@ -4,12 +4,13 @@ The same run (one tool turn, then the answer: ``Scenario(turns=2)``) made N time
 door of one gateway (a ``reactq serve`` process) on a 2-worker cluster, the doors interleaved:
 
 * ``runs``: ``POST /v1/runs``, then its SSE stream (``GET /v1/runs/{id}/events``);
+* ``runs_on_a_thread``: the same with a ``thread_id`` of its own (as each response's run has);
 * ``responses``: ``POST /v1/responses`` with ``stream: true``, through the ``openai`` client;
 * ``mcp``: a plain ``reactq_run`` call over streamable HTTP (``/mcp``), through the ``mcp`` client.
 
-For each: p50 of the time from the request to the first event of the run (runs: its first
-SSE frame; responses: the first stream event made from a run event, after ``response.created``
-and ``response.in_progress``; mcp: the first progress notification, turn 1) and to completion
+For each: p50 of the time from the request to the first event (runs: the run's first SSE
+frame, its first turn starting; responses: ``response.created``, sent once the run exists — no
+Responses event is made of a turn's start; mcp: the first progress notification, turn 1) and to completion
 (the ``done`` frame, ``response.completed``, the tool result), and each door's p50 minus that
 of ``runs``. Writes ``bench/results/protocols-<N>.json``.
 """
@@ -48,9 +49,12 @@ def _gateway(c: Cluster) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the gateway did not start")
 
 
-def via_runs(http: httpx.Client, query: str) -> tuple[float, float]:
+def via_runs(http: httpx.Client, query: str, thread: bool = False) -> tuple[float, float]:
     t0 = time.perf_counter()
-    run_id = http.post("/v1/runs", json={"query": query, "completion_check": False}).json()["run_id"]
+    body: dict[str, Any] = {"query": query}
+    if thread:  # as a response's run is: on a thread of its own
+        body["thread_id"] = f"bench.{time.perf_counter_ns()}"
+    run_id = http.post("/v1/runs", json=body).json()["run_id"]
     first = None
     with http.stream("GET", f"/v1/runs/{run_id}/events") as res:
         for line in res.iter_lines():
@@ -66,7 +70,7 @@ def via_responses(client: Any, query: str) -> tuple[float, float]:
     t0 = time.perf_counter()
     first = None
     for event in client.responses.create(model="scripted", input=query, stream=True):
-        if first is None and event.type not in ("response.created", "response.in_progress"):
+        if first is None:  # response.created: sent once the run exists, before its first event
             first = time.perf_counter() - t0
         if event.type in ("response.completed", "response.failed"):
             break
@@ -93,7 +97,7 @@ async def _measure(url: str, n: int) -> dict[str, list[tuple[float, float]]]:
     from mcp.client.streamable_http import streamable_http_client
 
     query = Scenario(turns=2, calls=1, tool="echo", tag="protocols").query()
-    out: dict[str, list[tuple[float, float]]] = {"runs": [], "responses": [], "mcp": []}
+    out: dict[str, list[tuple[float, float]]] = {"runs": [], "runs_on_a_thread": [], "responses": [], "mcp": []}
     oai = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     with httpx.Client(base_url=url, timeout=60) as http:
         async with httpx2.AsyncClient(timeout=60) as h2, Client(streamable_http_client(f"{url}/mcp", http_client=h2)) as m:
@@ -101,6 +105,7 @@ async def _measure(url: str, n: int) -> dict[str, list[tuple[float, float]]]:
                 via_runs(http, query), via_responses(oai, query), await via_mcp(m, query)
             for _ in range(n):
                 out["runs"].append(await asyncio.to_thread(via_runs, http, query))
+                out["runs_on_a_thread"].append(await asyncio.to_thread(via_runs, http, query, True))
                 out["responses"].append(await asyncio.to_thread(via_responses, oai, query))
                 out["mcp"].append(await via_mcp(m, query))
     return out
