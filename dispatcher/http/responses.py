@@ -17,22 +17,24 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from reactq.dispatcher.http.auth import caller_of, owned
-from reactq.dispatcher.http.errors import conflict, responses as error_responses
+from reactq.dispatcher.http.errors import conflict
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
+from reactq.dispatcher.http.responses_errors import OPENAI_ERRORS
 from reactq.dispatcher.http.responses_in import ResponseCreate, approval_answers, run_request
 from reactq.dispatcher.http.responses_shape import STRIDE, ItemBook, response_object, run_id_of
 from reactq.dispatcher.http.sse import SSE_HEADERS
 from reactq.dispatcher.protocols.door import ScopeMissing, create_run
 from reactq.dispatcher.protocols.runview import RunView
 from reactq.dispatcher.threads import ThreadBusy
+from reactq.shared.api.responses import ResponseObject as ResponseModel
 from reactq.shared.errors import ApprovalConflict, RunNotFound
-from reactq.shared.inputs import ID_RE
+from reactq.shared.inputs import ID_PATTERN, ID_RE
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.records import run_record
 
@@ -41,6 +43,13 @@ router = APIRouter(tags=["responses"])
 #: Seconds ``cancel`` waits for the run to reach its end before answering.
 CANCEL_WAIT_S = 5.0
 ResponseObject = dict[str, Any]
+#: A response id in a path (``resp_`` and a run id; another well-formed id is a 404).
+ResponseId = Annotated[str, Path(pattern=ID_PATTERN, max_length=133, description="a response id: resp_ and the run's id")]
+#: The 200 of a route that may answer the object or (``stream``) its server-sent events.
+OBJECT_OR_EVENTS: dict[int | str, dict[str, Any]] = {200: {
+    "description": "The response object; with `stream`, server-sent Responses events (`event:` = `data.type`, "
+                   "each `data` with its `sequence_number`).",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}}}}
 
 
 def view_of(gw: Gateway) -> RunView:
@@ -121,7 +130,7 @@ async def _answer(gw: Gateway, run_id: str, body: ResponseCreate) -> Any:
     return await current(view, run_id)
 
 
-@router.post("/v1/responses", response_model=None, responses=error_responses(404, 409, 413, 415, 429))
+@router.post("/v1/responses", response_model=ResponseModel, responses={**OBJECT_OR_EVENTS, **OPENAI_ERRORS})
 async def create_response(body: ResponseCreate, request: Request, gw: GatewayDep) -> Any:
     """Make a run (or decide a response's approvals) and answer as the Responses API does."""
     answers = approval_answers(body)
@@ -155,8 +164,8 @@ async def create_response(body: ResponseCreate, request: Request, gw: GatewayDep
     return await _answer(gw, handle.run_id, body)
 
 
-@router.get("/v1/responses/{response_id}", response_model=None, responses=error_responses(404))
-async def retrieve_response(response_id: str, request: Request, gw: GatewayDep, stream: bool = False,
+@router.get("/v1/responses/{response_id}", response_model=ResponseModel, responses={**OBJECT_OR_EVENTS, **OPENAI_ERRORS})
+async def retrieve_response(response_id: ResponseId, request: Request, gw: GatewayDep, stream: bool = False,
                             starting_after: Annotated[int | None, Query(ge=-1)] = None) -> Any:
     """The response now; with ``stream=true`` its events (after ``starting_after``) until it ends."""
     run_id = await _run_of(request, gw, response_id, "runs:read")
@@ -165,8 +174,8 @@ async def retrieve_response(response_id: str, request: Request, gw: GatewayDep, 
     return await current(view_of(gw), run_id)
 
 
-@router.post("/v1/responses/{response_id}/cancel", response_model=None, responses=error_responses(404))
-async def cancel_response(response_id: str, request: Request, gw: GatewayDep) -> Any:
+@router.post("/v1/responses/{response_id}/cancel", response_model=ResponseModel, responses=OPENAI_ERRORS)
+async def cancel_response(response_id: ResponseId, request: Request, gw: GatewayDep) -> Any:
     """Cancel the response's run; answers the response once it ended (or after a few seconds)."""
     run_id = await _run_of(request, gw, response_id, "runs:write")
     view = view_of(gw)

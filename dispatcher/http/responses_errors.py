@@ -14,13 +14,16 @@ import json
 from typing import Any
 
 from reactq.dispatcher.http.middleware import ASGIApp, Message, Receive, Scope, Send
+from reactq.shared.api.responses import OPENAI_ERROR_TYPES, OpenAIErrorResponse
 
-__all__ = ["OpenAIErrors", "PREFIX", "openai_error"]
+__all__ = ["OPENAI_ERRORS", "OpenAIErrors", "PREFIX", "openai_error"]
 
 PREFIX = "/v1/responses"
 
-_TYPES = {401: "authentication_error", 403: "permission_error", 404: "invalid_request_error",
-          409: "invalid_request_error", 429: "rate_limit_error"}
+#: The error answers of the Responses routes, for their OpenAPI description.
+OPENAI_ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": OpenAIErrorResponse, "description": f"OpenAI-shaped error ({s})"}
+    for s in (400, 401, 403, 404, 409, 413, 415, 422, 429, 500, 503)}
 
 
 def openai_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -37,7 +40,7 @@ def openai_error(status: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]
         status = 400
     if status == 401:
         code = "invalid_api_key"
-    kind = "server_error" if status >= 500 else _TYPES.get(status, "invalid_request_error")
+    kind = "server_error" if status >= 500 else OPENAI_ERROR_TYPES.get(status, "invalid_request_error")
     return status, {"error": {"message": str(err.get("message") or "request refused"), "type": kind,
                               "code": code, "param": param}}
 
