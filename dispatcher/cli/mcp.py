@@ -7,6 +7,9 @@ Redis directly, as the other commands do (``REACTQ_REDIS_URL``), and its runs be
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import typer
 
 
@@ -20,8 +23,9 @@ def mcp(tenant: str = typer.Option("default", "--tenant", help="the tenant whose
     from reactq.shared.stores.keys import Caller
     from reactq.shared.tenancy import ADMIN
 
-    s = local(with_model(settings()))
-    d = dispatcher(s)
+    with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol alone
+        s = local(with_model(settings()))
+        d = dispatcher(s)
     views: list[RunView] = []
 
     def access() -> RunView:

@@ -30,8 +30,9 @@ import mcp_types as types
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INVALID_PARAMS, INVALID_REQUEST
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from reactq.dispatcher.mcp.calls import TOOL, Access, caller_of_context, result_of, start_run
@@ -75,8 +76,12 @@ class RunTasks(Extension):
                 MethodBinding("tasks/cancel", types.CancelTaskRequestParams, self._cancel),
                 MethodBinding("tasks/list", types.PaginatedRequestParams, self._list)]
 
-    def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
-        return caller_of_context(Context(request_context=ctx), self.default_caller)
+    def _caller(self, ctx: ServerRequestContext[Any, Any], scope: str = "runs:read") -> Caller:
+        """The request's caller, if its key has ``scope`` (``INVALID_REQUEST`` naming it otherwise)."""
+        caller = caller_of_context(Context(request_context=ctx), self.default_caller)
+        if not caller.may(scope):
+            raise MCPError(code=INVALID_REQUEST, message=f"this API key lacks the scope {scope!r}")
+        return caller
 
     async def intercept_tool_call(self, params: types.CallToolRequestParams, ctx: ServerRequestContext[Any, Any],
                                   call_next: CallNext) -> HandlerResult:
@@ -85,8 +90,11 @@ class RunTasks(Extension):
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(code=INVALID_PARAMS, message="a task-augmented reactq_run needs a connection of the current protocol "
                                                         "revision (this server answers tasks only there)")
-        view, caller = self.access(), self._caller(ctx)
-        run_id = await start_run(view, caller, dict(params.arguments or {}))
+        view, caller = self.access(), self._caller(ctx, "runs:write")
+        try:
+            run_id = await start_run(view, caller, dict(params.arguments or {}))
+        except ToolError as exc:  # refused at the door: an error result, as for a plain call
+            return types.CallToolResult(content=[types.TextContent(type="text", text=str(exc))], is_error=True)
         ttl = view.d.settings.run_ttl_seconds
         key = view.d.keys.mcp_tasks(caller.tenant)
         pipe = view.ar.pipeline(transaction=False)
@@ -103,9 +111,10 @@ class RunTasks(Extension):
                           ttl=view.d.settings.run_ttl_seconds * 1000,
                           poll_interval=None if status in ("completed", "failed", "cancelled") else POLL_MS)
 
-    async def _snapshot(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> tuple[RunView, Snapshot]:
+    async def _snapshot(self, ctx: ServerRequestContext[Any, Any], task_id: str,
+                        scope: str = "runs:read") -> tuple[RunView, Snapshot]:
         view = self.access()
-        if not await view.visible(task_id, self._caller(ctx)):
+        if not await view.visible(task_id, self._caller(ctx, scope)):
             raise MCPError(code=INVALID_PARAMS, message=f"no task {task_id!r} (it may have expired)")
         try:
             return view, await view.snapshot(task_id)
@@ -137,7 +146,7 @@ class RunTasks(Extension):
 
     async def _cancel(self, ctx: ServerRequestContext[Any, Any],
                       params: types.CancelTaskRequestParams) -> HandlerResult:
-        view, snap = await self._snapshot(ctx, params.task_id)
+        view, snap = await self._snapshot(ctx, params.task_id, "runs:write")
         if snap.status in TERMINAL_STATUSES:
             raise MCPError(code=INVALID_PARAMS, message=f"task {snap.run_id} has already ended ({snap.status})")
         await view.cancel(snap.run_id)

@@ -51,7 +51,8 @@ def _key(gw: Gateway, tenant: str, scopes: list[str]) -> str:
 
 @pytest.fixture(scope="module")
 def keys(gateways: list[Gateway]) -> dict[str, str]:
-    return {t: _key(gateways[0], t, ["runs:read", "runs:write"]) for t in ("acme", "other")}
+    keys = {t: _key(gateways[0], t, ["runs:read", "runs:write"]) for t in ("acme", "other")}
+    return {**keys, "reader": _key(gateways[0], "acme", ["runs:read"])}
 
 
 @asynccontextmanager
@@ -180,6 +181,19 @@ async def test_cancel_and_another_tenant_refused(gateways: list[Gateway], keys: 
             params=types.CancelTaskRequestParams(task_id=task["taskId"])), types.CancelTaskResult)
         assert cancelled.status == "cancelled"
         assert (await get_task(mine, task["taskId"])).status == "cancelled"
+
+
+async def test_a_refused_call_is_an_error_result_naming_why(gateways: list[Gateway], keys: dict[str, str]) -> None:
+    async with over_http(gateways[0], keys["acme"]) as client:
+        plain = await client.call_tool("reactq_run", {"query": "hi", "model": "no-such-model"})
+        assert plain.is_error and "model" in plain.content[0].text  # type: ignore[union-attr]
+        raw = await client.session.send_request(types.CallToolRequest(params=types.CallToolRequestParams(
+            name="reactq_run", arguments={"query": "hi", "model": "no-such-model"}, task=types.TaskMetadata())),
+            TypeAdapter(dict[str, Any]))
+        assert raw["isError"] and "model" in raw["content"][0]["text"]
+    async with over_http(gateways[0], keys["reader"]) as reader:
+        refused = await reader.call_tool("reactq_run", {"query": "hi"})
+        assert refused.is_error and "runs:write" in refused.content[0].text  # type: ignore[union-attr]
 
 
 async def test_no_key_is_refused(gateways: list[Gateway]) -> None:
