@@ -14,6 +14,7 @@ are OpenAI-shaped here (``responses_errors``).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -89,12 +90,15 @@ async def stream_frames(view: RunView, run_id: str, after: int | None, keepalive
     for k, (kind, payload) in enumerate(first):
         if after is None or k > after:
             yield _frame(kind, k, payload)
-    book, seen = ItemBook(run_id), []
+    book, seen, quiet_since = ItemBook(run_id), [], time.monotonic()
     async for item in view.follow(run_id):
         if item is None:
             await view.snapshot(run_id)  # RunNotFound ends the stream once the run expired
-            yield ": keepalive\n\n"
+            if time.monotonic() - quiet_since >= keepalive:
+                quiet_since = time.monotonic()
+                yield ": keepalive\n\n"
             continue
+        quiet_since = time.monotonic()
         event = item[1]
         seen.append(event)
         pairs = book.feed(event)
