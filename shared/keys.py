@@ -19,6 +19,8 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
 |   a tenant other than ``default``: ``idem@<tenant>:{key}``
 | ``runs:tenant:{tenant}``          | zset   | dispatcher            | like ``runs``               |
+| ``mcp:tasks:{tenant}``            | zset   | MCP server            | ``run_ttl``, refreshed at each task |
+|   the runs a tenant made as MCP tasks, by created_at (``tasks/list``); expired runs are dropped when listed
 | ``apikey:{sha256}``               | hash   | keys store            | none (deleted on revoke)    |
 | ``apikeys``                       | hash   | keys store            | none (key id → public JSON) |
 | ``tenant:{t}:spend:{day}``        | hash   | LLM middleware        | 2 days (dollars, reservations) |
@@ -134,6 +136,10 @@ class Keys:
         """An idempotency key; a tenant other than ``default`` has its own names."""
         scope = "" if tenant == "default" else f"@{tenant}"
         return f"{self.prefix}idem{scope}:{{{key}}}"
+
+    def mcp_tasks(self, tenant: str) -> str:
+        """The runs one tenant made as MCP tasks, by creation time (``tasks/list``)."""
+        return f"{self.prefix}mcp:tasks:{{{tenant}}}"
 
     def runs_tenant(self, tenant: str) -> str:
         """The run index of one tenant (``GET /v1/runs`` for a tenant's key)."""

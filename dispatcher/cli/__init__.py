@@ -11,6 +11,7 @@
 ``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
 ``keys``           ``keys create|list|revoke`` (API keys of tenants)
 ``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
+``mcp``            ``mcp`` (reactq as an MCP server on stdio)
 ``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
@@ -41,7 +42,7 @@ from typing import Any
 import redis.exceptions
 import typer
 
-from reactq.dispatcher.cli import approvals, batches, forks, keys, listing, ops, runs, schedules, threads
+from reactq.dispatcher.cli import approvals, batches, forks, keys, listing, mcp, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
@@ -118,6 +119,7 @@ for name in VERBS:
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
 app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
+app.command()(mcp.mcp)
 for ops_command in (ops.down, ops.models, ops.tools):
     app.command()(ops_command)
 app.command("thread")(threads.thread)
