@@ -1,7 +1,8 @@
 """The one call through which the protocol doors (``/v1/responses``, the MCP server) make a run.
 
-It takes the same path as ``POST /v1/runs``: the caller's scope, then ``Dispatcher.submit``
-(validation, the tenant's quota and caps, threads, idempotency). Every protocol request that
+It takes the same path as ``POST /v1/runs``: the caller's scope, then the door
+(``Dispatcher.submit`` → ``Door.create_run``: validation, scopes, the tenant's quota and caps,
+threads, idempotency). Every protocol request that
 creates a run goes through ``create_run`` and nothing else.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from reactq.dispatcher.client import Dispatcher, RunHandle
-from reactq.shared.errors import RequestError
+from reactq.shared.errors import Forbidden, RequestError
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.keys import Caller
 
@@ -31,4 +32,7 @@ async def create_run(d: Dispatcher, req: RunRequest, caller: Caller) -> RunHandl
     ``TooManyRequests``, ``ThreadBusy``."""
     if not caller.may("runs:write"):
         raise ScopeMissing("runs:write")
-    return await asyncio.to_thread(d.submit, req, tenant=caller.tenant)
+    try:
+        return await asyncio.to_thread(d.submit, req, tenant=caller.tenant, caller=caller)
+    except Forbidden as exc:
+        raise ScopeMissing(exc.scope) from exc
