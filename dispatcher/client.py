@@ -1,6 +1,6 @@
 """The dispatcher's Python API: submit runs, watch their events, talk to them.
 
-    d = Dispatcher()                      # settings from the environment
+    d = Dispatcher()                      # settings from the environment (no REACTQ_REDIS_URL: the embedded server)
     h = d.submit(RunRequest(query="what is 17*23?"))
     for stream_id, event in h.events():   # blocking; resumable with after=stream_id
         ...
@@ -27,10 +27,12 @@ from reactq.shared.events import Event
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import broker_url
 from reactq.shared.redisconn import client as state_client
+from reactq.shared.redisconn import with_embedded
 from reactq.shared.requests import RunRequest, check_priced, check_run_request
 from reactq.shared.settings import Settings
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.stores.runs import RunStore
+from reactq.shared.stores.toolsets import ToolSets
 from reactq.shared.tenancy import DEFAULT_TENANT
 from reactq.dispatcher.approvals import decide
 from reactq.dispatcher.threads import submit_on_thread
@@ -169,7 +171,10 @@ class Dispatcher:
     """Submits runs to the workers and reads them back from Redis."""
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
-        self.settings = settings or Settings()
+        """Without ``REACTQ_REDIS_URL`` (and no ``redis_client``): the embedded server the
+        command line's local commands use, started if none is running (one machine needs nothing)."""
+        settings = settings or Settings()
+        self.settings = settings if redis_client is not None else with_embedded(settings)
         self.keys = Keys(self.settings.key_prefix)
         self._redis = redis_client
 
@@ -205,18 +210,34 @@ class Dispatcher:
     def catalog(self) -> tuple[list[str], list[str]]:
         """(tool names, model names) for validation at the door.
 
-        Read from ``reactq:catalog``, which workers publish when they start, so the door
-        never imports tool code; before any worker has started, the same registries are
+        Read from ``reactq:catalog``, which workers publish when they start, and the tools
+        every live worker announces, so the door never imports tool code; before any worker has started, the same registries are
         loaded from this process's settings instead.
         """
         tools_raw, models_raw = self.redis.hmget(self.keys.catalog, "tools", "models")
         if tools_raw and models_raw:
-            return ([t["name"] for t in json.loads(tools_raw)],
-                    [m["name"] for m in json.loads(models_raw)])
+            # Workers started with other REACTQ_TOOLS: any live worker's tool is a run's tool.
+            live = ToolSets(self.redis, self.keys).live_names()
+            names = [t["name"] for t in json.loads(tools_raw)]
+            return (names + sorted(live - set(names)), [m["name"] for m in json.loads(models_raw)])
         from reactq.shared.llm.registry import load_registry
         from reactq.shared.tools.loader import default_registry
 
         return default_registry(self.settings).names(), load_registry(self.settings).list_models()
+
+    def own_tools(self, wanted: list[str] | None, known: list[str]) -> list[str]:
+        """The names this process's own ``REACTQ_TOOLS`` loads, when a run asks for a tool no
+        worker has announced yet: a script that set ``REACTQ_TOOLS`` for the worker it just
+        started may submit before that worker is up (the run waits for it:
+        ``workers/runs/handon.py``)."""
+        if not wanted or not self.settings.tools or set(wanted) <= set(known):
+            return []
+        from reactq.shared.tools.loader import default_registry
+
+        try:
+            return default_registry(self.settings).names()
+        except Exception:  # noqa: BLE001 - the catalog's refusal, naming the tool, is the answer
+            return []
 
     def send(self, task: str, args: list[Any], queue: str = RUNS_QUEUE, *, priority: int | None = None) -> None:
         options = {"priority": priority} if priority else {}
@@ -226,7 +247,7 @@ class Dispatcher:
         """Pydantic validation plus registry checks; raises with the field named."""
         req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
         tools, models = self.catalog()
-        check_run_request(req, tools=tools, models=models)
+        check_run_request(req, tools=tools + self.own_tools(req.tools, tools), models=models)
         if req.cost_budget_usd is not None:
             check_priced("cost_budget_usd", req.model, self.model_specs())
         check_webhook(req.webhook, self.settings)

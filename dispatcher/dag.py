@@ -120,8 +120,8 @@ class DagDispatcher:
 
     def __init__(self, settings: Settings | None = None, *,
                  redis_client: redis.Redis | None = None, config: DagConfig | None = None) -> None:
-        self.settings = settings or Settings()
-        self.runs = Dispatcher(self.settings, redis_client=redis_client)
+        self.runs = Dispatcher(settings, redis_client=redis_client)
+        self.settings = self.runs.settings  # without REACTQ_REDIS_URL: the embedded server's
         self.config = config or DagConfig()
 
     @cached_property

@@ -37,11 +37,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import click
 import redis.exceptions
 import typer
+from rich.markup import escape
 
 from reactq.dispatcher.cli import approvals, batches, keys, listing, ops, runs, schedules, threads
-from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
+from reactq.dispatcher.cli.common import (EXIT_CODES_EPILOG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err,
+                                          error_body, print_error)
 
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
                   epilog=EXIT_CODES_EPILOG, no_args_is_help=True, add_completion=False,
@@ -79,7 +82,11 @@ def verb_command(name: str) -> Callable[[typer.Context], None]:
         sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
         sub.command(epilog=None if verb else f"Also: {others}. {EXIT_CODES_EPILOG}")(resolve(verbs[verb]))
         prog = f"reactq {name}" + (f" {verb}" if verb else "")
-        typer.main.get_command(sub).main(args=args[1:] if verb else args, prog_name=prog)
+        # With --json, click's errors reach main_json (one JSON object), not click's own printing.
+        code = typer.main.get_command(sub).main(args=args[1:] if verb else args, prog_name=prog,
+                                                standalone_mode="--json" not in args)
+        if isinstance(code, int) and code:
+            raise typer.Exit(code)
 
     command.__name__ = name
     command.__doc__ = _VERB_HELP[name]
@@ -123,12 +130,35 @@ app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:
+    as_json = "--json" in sys.argv[1:]
     try:
-        app()
+        sys.exit(main_json()) if as_json else app()
     except redis.exceptions.ConnectionError as exc:
         # Not a usage error and not a failed run: the infrastructure is not there.
-        err.print(f"[red]error:[/] cannot reach Redis ({exc}); is REACTQ_REDIS_URL right?")
+        message = f"cannot reach Redis ({exc}); is REACTQ_REDIS_URL right?"
+        if as_json:
+            print_error({"code": "unavailable", "message": message})
+        else:
+            err.print(f"[red]error:[/] {escape(message)}")
         sys.exit(EXIT_FAILED)
+
+
+def main_json() -> int:
+    """``app()`` for a command line with ``--json``: a usage error click would print as text
+    is one JSON object on stderr too (``{"error": {"code", "message", "field"?}}``), with
+    click's exit code."""
+    try:
+        code = app(standalone_mode=False)
+    except click.ClickException as exc:
+        body = error_body(exc.format_message(), exc.exit_code, kind="usage_error")
+        param = getattr(exc, "param", None)
+        if param is not None and getattr(param, "opts", None):
+            body["field"] = param.opts[0]
+        print_error(body)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return EXIT_INTERRUPTED
+    return code if isinstance(code, int) else EXIT_OK
 
 
 __all__ = ["VERBS", "app", "main", "resolve"]

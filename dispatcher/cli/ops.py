@@ -16,6 +16,7 @@ from rich.table import Table
 from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, local, out, settings, with_model
 from reactq.shared.settings import child_env
 from reactq.shared.errors import ConfigError
+from reactq.shared.wire import DEFAULT_QUEUES
 
 
 def serve(
@@ -42,7 +43,7 @@ def serve(
 
 def worker(
     ctx: typer.Context,
-    queues: str = typer.Option("reactq.runs,reactq.tools,reactq.webhooks", "--queues", "-Q", help="queues to consume"),
+    queues: str = typer.Option(DEFAULT_QUEUES, "--queues", "-Q", help="queues to consume"),
     pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="tasks at once (threads)"),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
