@@ -9,7 +9,7 @@
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
 ``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
 ``keys``           ``keys create|list|revoke`` (API keys of tenants)
-``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
+``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``env``, ``models``, ``tools``
 ``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
@@ -42,10 +42,11 @@ import redis.exceptions
 import typer
 from rich.markup import escape
 
-from reactq.dispatcher.cli import approvals, batches, keys, listing, ops, runs, schedules, threads
+from reactq.dispatcher.cli import approvals, batches, helpfmt, keys, listing, ops, runs, schedules, threads
 from reactq.dispatcher.cli.common import (EXIT_CODES_EPILOG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err,
                                           error_body, print_error)
 
+helpfmt.install()
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
                   epilog=EXIT_CODES_EPILOG, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_show_locals=False)
@@ -118,7 +119,7 @@ for name in VERBS:
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
 app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
-for ops_command in (ops.down, ops.models, ops.tools):
+for ops_command in (ops.down, ops.env, ops.models, ops.tools):
     app.command()(ops_command)
 app.command("thread")(threads.thread)
 for approval_command in (approvals.approvals, approvals.approve, approvals.reject, approvals.respond):

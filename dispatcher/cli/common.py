@@ -17,6 +17,7 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from reactq.shared.errors import ConfigError, LocalServiceError, RunNotFound
 from reactq.shared.settings import Settings
@@ -102,6 +103,16 @@ def check_id(value: str, what: str) -> None:
 
     if why := id_problem(value, what):
         fail(why)
+
+
+def whole_ids(table: Table, *columns: str) -> Table:
+    """Ids are never cut or wrapped, whatever the terminal's width: ``columns`` (by header) get
+    the width of their longest cell; the other columns share what is left."""
+    for column in table.columns:
+        if column.header in columns:
+            column.no_wrap = True
+            column.min_width = max([len(str(c)) for c in column.cells] + [len(str(column.header))])
+    return table
 
 
 def print_json(value: object) -> None:

@@ -81,15 +81,52 @@ def scheduler_command(log_level: str = "INFO") -> list[str]:
 
 
 def down() -> None:
-    """Stop the local workers 'reactq run' started and the embedded Valkey server."""
+    """Stop the local workers 'reactq run' started, the embedded Valkey server and the local
+    model server; says what it stopped (nothing, when none of them was running)."""
     from reactq.dispatcher.local.workers import stop_workers
     from reactq.dispatcher.local.model import stop_shared_server
+    from reactq.shared.redisconn import stop_embedded
 
     s = settings()
-    n = stop_workers(s)
-    embedded = "" if s.redis_url else " and the embedded server"
-    model = " and the local model server" if stop_shared_server(s) else ""
-    out.print(f"stopped {n} local worker(s){embedded}{model}")
+    stopped = []
+    if n := stop_workers(s, embedded=False):
+        stopped.append(f"{n} local worker(s)")
+    if not s.redis_url and stop_embedded(s.data_dir):
+        stopped.append("the embedded server")
+    if stop_shared_server(s):
+        stopped.append("the local model server")
+    out.print(f"stopped {' and '.join(stopped)}" if stopped else
+              f"nothing to stop: no local worker, embedded server or local model server was running "
+              f"(under {s.data_dir})")
+
+
+def env(as_json: bool = typer.Option(False, "--json", help="print the settings as JSON")) -> None:
+    """The Redis and broker URLs this machine's commands use: REACTQ_REDIS_URL, else the
+    embedded server (started if needed), as 'export' lines for another shell."""
+    from reactq.shared.redisconn import broker_url
+
+    s = local(settings())
+    values = {"REACTQ_REDIS_URL": _shown(str(s.redis_url))}
+    if s.broker_url:
+        values["REACTQ_BROKER_URL"] = _shown(broker_url(s))
+    values["REACTQ_DATA_DIR"] = str(s.data_dir)
+    if as_json:
+        print(json.dumps({**values, "embedded": not settings().redis_url}, ensure_ascii=False))
+        return
+    for name, value in values.items():
+        # A URL with a password is shown without it: a comment, not a line to paste.
+        print(f"# {name}={value}  (password hidden)" if ":***@" in value else f"export {name}={value}")
+
+
+def _shown(url: str) -> str:
+    """A URL without its password (``***``): what it names, not how to get in."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="print the registry as JSON")) -> None:
