@@ -37,13 +37,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import click
 import redis.exceptions
 import typer
 from rich.markup import escape
 
 from reactq.dispatcher.cli import approvals, batches, helpfmt, keys, listing, ops, runs, schedules, threads
-from reactq.dispatcher.cli.common import (EXIT_CODES_EPILOG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, err,
+from reactq.dispatcher.cli.common import (EXIT_CODES_EPILOG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err,
                                           error_body, print_error)
 
 helpfmt.install()
@@ -150,14 +149,15 @@ def main_json() -> int:
     click's exit code."""
     try:
         code = app(standalone_mode=False)
-    except click.ClickException as exc:
-        body = error_body(exc.format_message(), exc.exit_code, kind="usage_error")
+    except typer.TyperException as exc:  # typer's click: a bad argument or option
+        exit_code = int(getattr(exc, "exit_code", EXIT_USAGE))
+        body = error_body(getattr(exc, "format_message", exc.__str__)(), exit_code, kind="usage_error")
         param = getattr(exc, "param", None)
         if param is not None and getattr(param, "opts", None):
             body["field"] = param.opts[0]
         print_error(body)
-        return exc.exit_code
-    except click.exceptions.Abort:
+        return exit_code
+    except typer.Abort:
         return EXIT_INTERRUPTED
     return code if isinstance(code, int) else EXIT_OK
 

@@ -12,7 +12,6 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
-import click
 import typer
 from pydantic import ValidationError
 from rich.console import Console
@@ -58,19 +57,14 @@ def fail(message: str, code: int = EXIT_USAGE, *, kind: str | None = None, field
 
 
 def json_errors() -> bool:
-    """Was ``--json`` asked for (by this command, or on the command line)?"""
-    ctx = click.get_current_context(silent=True)
-    while ctx is not None:
-        if ctx.params.get("as_json"):
-            return True
-        ctx = ctx.parent
+    """Was ``--json`` given on the command line?"""
     return "--json" in sys.argv[1:]
 
 
 #: An error's ``code`` with ``--json``: what kind of problem, whatever the message says.
 ERROR_CODES = ("usage_error", "validation_error", "not_found", "config_error", "conflict",
                "unavailable", "failed")
-_FIELD = re.compile(r"^(--[\w-]+|[A-Za-z_][\w.]*): ")
+_FIELD = re.compile(r"^(--[\w-]+|[A-Za-z_][\w.]*)(?: '[^']*')?: ")
 
 
 def error_body(message: str, exit_code: int = EXIT_USAGE, *, kind: str | None = None,
