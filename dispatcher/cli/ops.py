@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, local, out, settings, with_model
-from reactq.shared.settings import child_env
+from reactq.shared.settings import Settings, child_env
 from reactq.shared.errors import ConfigError
 from reactq.shared.wire import DEFAULT_QUEUES
 
@@ -130,13 +130,14 @@ def _shown(url: str) -> str:
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="print the registry as JSON")) -> None:
-    """The model registry (no secrets)."""
+    """The model registry runs use (no secrets): REACTQ_MODELS, else OPENAI_API_KEY's model,
+    else the bundled local model's."""
     from reactq.shared.llm.registry import load_registry
 
     try:
-        specs = load_registry(settings()).specs()
+        specs = load_registry(_models_in_use(settings())).specs()
     except ConfigError as exc:
-        fail(str(exc))
+        fail(str(exc), kind="config_error")
     if as_json:
         print(json.dumps([sp.model_dump(mode="json") for sp in specs], ensure_ascii=False))
         return
@@ -147,6 +148,21 @@ def models(as_json: bool = typer.Option(False, "--json", help="print the registr
                       ", ".join(k for k, v in sp.abilities.items() if v), sp.base_url or "",
                       limits_cell(sp), use.get(sp.name, "-"))
     out.print(table)
+
+
+def _models_in_use(s: Settings) -> Settings:
+    """With no model configured, runs use the local model's registry: show that one (it is
+    written when the local model first starts), never a default no run would use."""
+    from reactq.dispatcher.local.model import REGISTRY_FILE, model_configured
+
+    if model_configured(s):
+        return s
+    local_registry = s.data_dir / REGISTRY_FILE
+    if local_registry.exists():
+        return s.model_copy(update={"models": local_registry})
+    fail("no model is configured: set OPENAI_API_KEY (and REACTQ_MODEL), or REACTQ_MODELS; without them "
+         "runs use the bundled local model, whose registry is written when it first starts "
+         "(reactq run). See the docs' 'Configure a model'.", kind="config_error")
 
 
 def tools(as_json: bool = typer.Option(False, "--json", help="print the tools as JSON")) -> None:

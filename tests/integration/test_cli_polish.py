@@ -92,3 +92,17 @@ def test_down_says_when_nothing_ran_and_env_names_the_server_in_use(llm: Any, tm
     assert down.stdout.strip() == "stopped the embedded server"
     configured = reactq("env", env={**env, "REACTQ_REDIS_URL": "redis://:secret@db:6379/0"}, cwd=tmp_path)
     assert "secret" not in configured.stdout and "REACTQ_REDIS_URL=redis://:***@db:6379/0" in configured.stdout
+
+
+def test_models_shows_the_registry_runs_use(llm: Any, tmp_path: Path) -> None:
+    env = {k: v for k, v in worker_env("redis://127.0.0.1:1/0", llm).items() if not k.startswith("OPENAI_")}
+    env.pop("REACTQ_MODEL")
+    env["REACTQ_DATA_DIR"] = str(tmp_path)
+    none = reactq("models", "--json", env=env, cwd=tmp_path)
+    assert none.returncode == 2 and _error(none)["code"] == "config_error"
+    assert "gpt-4o-mini" not in none.stdout + none.stderr
+    (tmp_path / "local-models.toml").write_text(
+        '[models.local]\nmodel = "smollm2-135m-instruct"\nbase_url = "http://127.0.0.1:9/v1"\nroles = ["general"]\n')
+    shown = reactq("models", "--json", env=env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert [m["model"] for m in json.loads(shown.stdout)] == ["smollm2-135m-instruct"]
