@@ -36,6 +36,24 @@ class ToolSet:
     at: float
 
 
+def parse_toolsets(raw: dict[Any, Any], now: float) -> tuple[list[ToolSet], list[str]]:
+    """``toolsets``' hash → (the live workers' sets, the nodes to forget)."""
+    sets, forgotten = [], []
+    for node, value in raw.items():
+        node = node.decode() if isinstance(node, bytes) else str(node)
+        try:
+            entry = json.loads(value)
+            ts = ToolSet(node, frozenset(entry["tools"]), str(entry["queue"]), float(entry["at"]))
+        except (ValueError, KeyError, TypeError):
+            forgotten.append(node)
+            continue
+        if now - ts.at > FORGET_S:
+            forgotten.append(node)
+        elif now - ts.at <= LIVE_S:
+            sets.append(ts)
+    return sets, forgotten
+
+
 class ToolSets:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.r = client
@@ -65,21 +83,8 @@ class ToolSets:
         self.r.hdel(self.keys.toolsets, node)
 
     def live(self, now: float | None = None) -> list[ToolSet]:
-        now = time.time() if now is None else now
         raw: dict[Any, Any] = self.r.hgetall(self.keys.toolsets)  # type: ignore[assignment]
-        sets, forgotten = [], []
-        for node, value in raw.items():
-            node = node.decode() if isinstance(node, bytes) else str(node)
-            try:
-                entry = json.loads(value)
-                ts = ToolSet(node, frozenset(entry["tools"]), str(entry["queue"]), float(entry["at"]))
-            except (ValueError, KeyError, TypeError):
-                forgotten.append(node)
-                continue
-            if now - ts.at > FORGET_S:
-                forgotten.append(node)
-            elif now - ts.at <= LIVE_S:
-                sets.append(ts)
+        sets, forgotten = parse_toolsets(raw, time.time() if now is None else now)
         if forgotten:
             self.r.hdel(self.keys.toolsets, *forgotten)
         return sets

@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 import redis
+from fastapi.testclient import TestClient
 
 from reactq.dispatcher.client import Dispatcher
+from reactq.dispatcher.http import create_app
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
 from tests.integration.conftest import Backend, LLMFixture, WorkerFactory
@@ -70,10 +72,11 @@ def _handed_on(*logs: Path) -> int:
 
 def test_a_tool_call_reaching_a_worker_without_the_tool_runs_where_the_tool_is(
         fleet: Fleet, llm: LLMFixture) -> None:
-    plain = fleet.factory.start("plain", wait=False, concurrency=4, **PLAIN)
-    full = fleet.factory.start("full", wait=False, concurrency=2)
-    for w in (plain, full):
-        fleet.factory.wait_ready(w)
+    full = fleet.factory.start("full", concurrency=2)
+    plain = fleet.factory.start("plain", concurrency=4, **PLAIN)  # the catalog is the last one's
+    with TestClient(create_app(fleet.d.settings)) as client:
+        listed = [t["name"] for t in client.get("/v1/tools").json()["tools"]]
+    assert "slow" in listed and "calculator" in listed, "every live worker's tools"
     runs = [_slow_run(fleet, llm, f"mix-{i}-{uuid.uuid4().hex[:4]}") for i in range(8)]
     for h, q in runs:
         tools, errors = _tool_events(h)
