@@ -44,6 +44,10 @@ its id and the run's Lua scripts touch one slot, on one shard.
 |   ``dag:{id}`` field ``due_n``.
 | ``approvals:pending``             | zset   | approval scripts      | none (``run/approval`` → requested_at) |
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
+| ``toolsets``                      | hash   | workers (heartbeat)   | none (node → JSON {tools, queue, at}) |
+|   each live worker's tools and its own hand-on queue (``shared/stores/toolsets.py``)
+| ``tools:offered``                 | hash   | workers at start      | none (tool name → its schema, every tool a worker offered) |
+| ``run:{id}:toolwait``             | hash   | workers (tool task)   | the wait + a minute (call id → JSON {since, last}) |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
 | ``batch:{id}:spend``              | hash   | LLM middleware        | ``run_ttl`` after its last call |
@@ -122,6 +126,10 @@ class Keys:
 
     def run_tools(self, run_id: str) -> str:
         return f"{self.run(run_id)}:tools"
+
+    def run_toolwait(self, run_id: str) -> str:
+        """The run's tool calls that wait for a worker offering their tool."""
+        return f"{self.run(run_id)}:toolwait"
 
     def run_fanin(self, run_id: str, step_no: int) -> str:
         return f"{self.run(run_id)}:fanin:{step_no}"
@@ -219,6 +227,16 @@ class Keys:
     @property
     def catalog(self) -> str:
         return f"{self.prefix}catalog"
+
+    @property
+    def toolsets(self) -> str:
+        """Each live worker's tools (``shared/stores/toolsets.py``)."""
+        return f"{self.prefix}toolsets"
+
+    @property
+    def tools_offered(self) -> str:
+        """Every tool name some worker has offered (a name not in it was made up)."""
+        return f"{self.prefix}tools:offered"
 
     def metrics(self, name: str, shard: int | None = None) -> str:
         """``metrics:<family>`` (written before the shards existed; still read), or a shard of it."""
