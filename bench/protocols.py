@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import httpx2
 
 from bench.cluster import ROOT, Cluster, WorkerSpec
 from bench.script import Scenario

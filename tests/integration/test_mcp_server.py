@@ -14,7 +14,6 @@ from typing import Any
 
 import anyio
 import httpx2
-import httpx2
 import mcp_types as types
 import pytest
 from mcp import Client, StdioServerParameters
