@@ -318,3 +318,33 @@ def test_another_tenants_run_is_not_found_and_a_fork_is_its_parents_tenant(
         assert fork.status_code == 200 and fork.json()["tenant"] == "acme"
         assert c.get(f"/v1/runs/{got.json()['run_id']}", headers=beta).status_code == 404
     dispatcher.handle(got.json()["run_id"]).result(timeout=60)
+
+
+def test_a_run_carrying_a_replay_policy_answers_from_the_recorded_ledger_on_workers(
+        workers: Any, dispatcher: Dispatcher, llm: LLMFixture, r: redis.Redis) -> None:
+    """The Celery twin of tests/unit/test_recorded_ledger.py: a run created with ``replay``
+    (an eval's replay: only ``done`` calls match, the others are not executed) reads the
+    recorded calls at its first step; its tool tasks carry out the decisions."""
+    from reactq.shared.engine.recorded import NOT_RECORDED_OBSERVATION, ReplayPolicy
+    from reactq.shared.wire import ITERATE
+
+    tag = uuid.uuid4().hex[:8]
+    q = llm.script(llm.unique("replay me"), [
+        reply_tool_calls([("c1", "charge_card", {"tag": f"{tag}-a", "seconds": 0})]), reply_text("done")])
+    recorded = dispatcher.submit(RunRequest(query=q, completion_check=False))
+    assert recorded.result(timeout=60)["status"] == "succeeded" and _ran(r, f"{tag}-a") == 1
+    llm.script(q, [reply_tool_calls([("x1", "charge_card", {"tag": f"{tag}-a", "seconds": 0}),
+                                     ("x2", "charge_card", {"tag": f"{tag}-b", "seconds": 0})]),
+                   reply_text("done")])
+    policy = ReplayPolicy(source_run=recorded.run_id, reuse="all", match="done", unmatched="refuse",
+                          label="the replayed eval")
+    run_id = uuid.uuid4().hex
+    dispatcher.store.create(run_id, RunRequest(query=q, completion_check=False).model_dump(mode="json"),
+                            replay=policy.model_dump(mode="json"))
+    dispatcher.send(ITERATE, [run_id, 0])
+    assert dispatcher.handle(run_id).result(timeout=60)["status"] == "succeeded"
+    done = _done_calls(_events(dispatcher, run_id))
+    assert done["x1"]["reused"] is True and done["x1"]["observation"] == f"once {tag}-a done"
+    assert done["x2"]["observation"] == NOT_RECORDED_OBSERVATION.format(label="the replayed eval")
+    assert "reused" not in done["x2"]
+    assert (_ran(r, f"{tag}-a"), _ran(r, f"{tag}-b")) == (1, 0), "nothing executed"
