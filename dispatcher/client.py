@@ -31,7 +31,7 @@ from reactq.shared.settings import Settings
 from reactq.shared.stores.approvals import ApprovalStore
 from reactq.shared.stores.keys import Caller
 from reactq.shared.stores.runs import RunStore
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import RUNS_QUEUE, celery_config
 
 

@@ -31,7 +31,7 @@ from reactq.shared.service.door import check_interrupt
 from reactq.shared.service.ops import cancel_run
 from reactq.shared.settings import Settings
 from reactq.shared.stores.dags import DagNotFound, DagStore, public_view
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import DAG_ADVANCE
 
 __all__ = ["DagDispatcher", "DagHandle", "DagNotFound", "check_plan"]

@@ -19,7 +19,7 @@ from reactq.dispatcher.fork import create_fork_run
 from reactq.shared.dag.state import DagState, StepState
 from reactq.shared.errors import ForkConflict
 from reactq.shared.fork.prepare import prepare
-from reactq.shared.metrics_schema import label_field
+from reactq.shared.observe.metrics_schema import label_field
 from reactq.shared.models import Usage
 from reactq.shared.stores.idempotency import idempotent_id
 from reactq.shared.wire import DAG_ADVANCE

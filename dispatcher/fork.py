@@ -17,7 +17,7 @@ from reactq.dispatcher.client import Dispatcher, RunHandle
 from reactq.shared.engine.fork import Plan
 from reactq.shared.fork.models import ForkRequest
 from reactq.shared.fork.prepare import PreparedFork, prepare
-from reactq.shared.metrics_schema import label_field
+from reactq.shared.observe.metrics_schema import label_field
 from reactq.shared.stores.idempotency import idempotent_id
 
 

@@ -24,7 +24,7 @@ from reactq.shared.schedule.models import PREVIEW, ScheduleRequest, SchedulePatc
 from reactq.shared.schedule.times import fire_times, iso, next_after
 from reactq.shared.stores.keys import Caller
 from reactq.shared.stores.schedules import ScheduleRecord, ScheduleStore
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 
 
 class ScheduleExists(RequestError):

@@ -170,7 +170,7 @@ class Settings(BaseSettings):
     (the ``admin`` key of tenant ``default``). Unset: the gateway is open."""
     tenants: Path | None = None
     """A TOML file of tenants' quotas: ``[tenants.NAME] max_active_runs, rpm, tpm,
-    cost_per_day_usd`` (``reactq.shared.tenants``)."""
+    cost_per_day_usd`` (``reactq.shared.tenants.quotas``)."""
     max_body_bytes: int = Field(1_000_000, ge=1024)
     """The largest request body the gateway accepts (413 above it)."""
     max_interrupt_chars: int = Field(20_000, ge=1)

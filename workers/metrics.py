@@ -39,7 +39,7 @@ from reactq.shared.flow.middleware import current_scope
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM, DelegatingLLM
 from reactq.shared.llm.registry import ModelRegistry
-from reactq.shared.metrics_schema import (  # noqa: F401  (re-exported for callers)
+from reactq.shared.observe.metrics_schema import (  # noqa: F401  (re-exported for callers)
     FAMILIES, INFLIGHT, Family, bucket_label, label_field,
 )
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
@@ -296,7 +296,7 @@ def record_tool(rec: Recorder, outcome: ToolOutcome) -> list[Op]:
     return tool_ops(rec, outcome)
 
 
-# -- flow control (families in ``shared/metrics_schema.py``) --------------------------
+# -- flow control (families in ``shared/observe/metrics_schema.py``) --------------------------
 
 def flow_recorder(rec: Recorder) -> Callable[[str, dict[str, Any]], None]:
     """Flow control's ``on_event``: waits, provider 429s, reserved vs reported tokens."""

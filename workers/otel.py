@@ -1,4 +1,4 @@
-"""The Celery side of tracing (``reactq.shared.otel``): a span per step task, its context
+"""The Celery side of tracing (``reactq.shared.observe.otel``): a span per step task, its context
 carried in the task headers (W3C ``traceparent``), as signal handlers around every task.
 
 * ``before_task_publish``: the publishing task's span goes into the message headers.
@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from celery import signals
 
-from reactq.shared import otel
+from reactq.shared.observe import otel
 
 _open: dict[str, tuple[Any, Any]] = {}  # task id → (span, context token)
 _lock = threading.Lock()

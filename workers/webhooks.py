@@ -39,7 +39,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.requests import WebhookSpec
 from reactq.shared.settings import Settings
 from reactq.shared.stores.webhooks import Delivery, WebhookStore
-from reactq.shared.tenancy import owner_of
+from reactq.shared.tenants.tenancy import owner_of
 from reactq.shared.tools.netguard import Allowlist, FetchRefused, guarded_transport
 from reactq.shared.webhooks import (
     APPROVAL_TYPE, DONE_TYPES, body, due_member, judge, parse_webhook_id, retry_delay, run_data, webhook_id,

@@ -29,7 +29,7 @@ from reactq.dispatcher.batch.items import BatchItem, Tally, format_validation, i
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.errors import RequestError, TooManyRequests
 from reactq.shared.requests import RunRequest
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 from reactq.shared.service import Origin
 
 log = logging.getLogger(__name__)

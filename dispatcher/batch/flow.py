@@ -109,7 +109,7 @@ class BatchFlow:
 
 def _count_budget_stop(d: Any, lines: int) -> None:
     """``reactq_flow_budget_stops{scope="batch_line"}`` (the schema the workers write)."""
-    from reactq.shared.metrics_schema import label_field
+    from reactq.shared.observe.metrics_schema import label_field
 
     try:
         d.redis.hincrby(d.keys.metrics("flow_budget_stops"), label_field(["batch_line"]), lines)

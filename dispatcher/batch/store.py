@@ -16,7 +16,7 @@ import redis
 
 from reactq.dispatcher.batch.driver import BatchDriver
 from reactq.dispatcher.batch.items import BatchItem, Tally
-from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.errors import ConfigError
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import batch_index

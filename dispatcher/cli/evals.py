@@ -86,7 +86,7 @@ def _run(dataset: Path, spec: Any) -> tuple[dict[str, Any], list[dict[str, Any]]
     from reactq.dispatcher.batch.store import BatchStore, holder_name
     from reactq.dispatcher.evals.create import check, parse_lines, prepare, start_eval
     from reactq.shared.stores.evals import EvalStore
-    from reactq.shared.tenancy import DEFAULT_TENANT
+    from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 
     s = settings()
     d = dispatcher(s)

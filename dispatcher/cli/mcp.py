@@ -21,7 +21,7 @@ def mcp(tenant: str = typer.Option("default", "--tenant", help="the tenant whose
     from reactq.dispatcher.protocols.runview import RunView
     from reactq.shared.redisconn import async_client
     from reactq.shared.stores.keys import Caller
-    from reactq.shared.tenancy import ADMIN
+    from reactq.shared.tenants.tenancy import ADMIN
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout carries the protocol alone
         s = local(with_model(settings()))

@@ -32,7 +32,7 @@ JSON = typer.Option(False, "--json", help="print JSON")
 
 
 def _tenant(value: str) -> str:
-    from reactq.shared.tenancy import check_tenant
+    from reactq.shared.tenants.tenancy import check_tenant
 
     try:
         return check_tenant(value)

@@ -165,7 +165,7 @@ class Scorer:
     def _reserve(self, llm: Any, member: str, case: EvalCase, result: CaseResult) -> str | None:
         """Hold the judge call's worst case against the tenant's daily cap (None: held)."""
         from reactq.shared.stores.spend import TenantSpend
-        from reactq.shared.tenants import quota_of
+        from reactq.shared.tenants.quotas import quota_of
 
         price = getattr(llm, "price", None)
         cap = quota_of(self.d.settings, self.tenant).cost_per_day_usd

@@ -35,7 +35,7 @@ from reactq.shared.api.errors import error_body
 from reactq.shared.errors import RunNotFound
 from reactq.shared.stores.keys import OPEN_CALLER, Caller, KeyChecker
 from reactq.shared.stores.records import Record, batch_record, dag_record, run_record
-from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, owned_name
+from reactq.shared.tenants.tenancy import ADMIN, DEFAULT_TENANT, owned_name
 
 __all__ = ["ApprovalWrite", "BatchRead", "BatchWrite", "Caller", "CallerDep", "DagRead", "DagWrite", "KeyAuth",
            "RunRead", "RunWrite", "ScheduleRead", "ScheduleRef", "ScheduleWrite", "caller_of", "need", "owned"]

@@ -15,7 +15,7 @@ collector reads, at scrape time:
   messages a Redis-broker worker has taken but not yet acknowledged (all queues).
 
 Everything is read per scrape, in one pipelined round trip per server; nothing is cached.
-The families are defined once, in ``shared/metrics_schema.py``, for writer and reader.
+The families are defined once, in ``shared/observe/metrics_schema.py``, for writer and reader.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from reactq.shared.keys import Keys
-from reactq.shared.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
+from reactq.shared.observe.metrics_schema import FAMILIES, INFLIGHT, Family, bucket_label  # noqa: F401
 from reactq.shared.redisconn import broker_ssl, broker_url, redis_url
 from reactq.shared.redisconn import client as state_client
 from reactq.shared.settings import Settings

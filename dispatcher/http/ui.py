@@ -24,7 +24,7 @@ from reactq.dispatcher.http.auth import Caller, need
 from reactq.dispatcher.http.errors import responses
 from reactq.dispatcher.http.gateway import Gateway, GatewayDep
 from reactq.shared.api.ops import Dashboard, UiConfig
-from reactq.shared.dashboard import build
+from reactq.shared.observe.dashboard import build
 from reactq.shared.stores.dashboard import DashboardStore
 
 __all__ = ["router"]

@@ -30,7 +30,7 @@ from reactq.shared.requests import DagRequest, RunRequest, check_names, check_ru
 from reactq.shared.stores.bundle import Stores
 from reactq.shared.stores.idempotency import idempotent_id
 from reactq.shared.stores.keys import Caller
-from reactq.shared.tenants import quota_of
+from reactq.shared.tenants.quotas import quota_of
 
 __all__ = ["ON_TIMEOUT_APPROVE_SCOPE", "check_dag", "check_plan", "check_priced_models", "check_run_caps",
            "check_scope", "dag_models",

@@ -37,7 +37,7 @@ from reactq.shared.stores.approvals import ApprovalStore
 from reactq.shared.stores.idempotency import idempotent_id
 from reactq.shared.stores.keys import Caller
 from reactq.shared.stores.runs import RunStore
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 from reactq.shared.wire import DAG_START, RUNS_QUEUE, message_priorities
 
 __all__ = ["Created", "Door", "Origin", "OriginKind", "check_interrupt"]

@@ -33,7 +33,7 @@ from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.bundle import Stores
 from reactq.shared.stores.idempotency import idempotent_id
 from reactq.shared.stores.streams import text
-from reactq.shared.tenancy import DEFAULT_TENANT, thread_key
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, thread_key
 from reactq.shared.stores.threads import (
     ORPHAN_AFTER,
     ThreadStore,

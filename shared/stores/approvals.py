@@ -36,13 +36,13 @@ from reactq.shared.models import ToolCallRequest
 from reactq.shared.errors import ApprovalConflict, RequestError, RunNotFound
 from reactq.shared.events import dumps
 from reactq.shared.keys import Keys
-from reactq.shared.metrics_schema import FAMILIES, bucket_of, label_field
+from reactq.shared.observe.metrics_schema import FAMILIES, bucket_of, label_field
 from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.approvals_lua import ANNOUNCE, CANCEL, DECIDE, REQUEST
 from reactq.shared.stores.roundtrip import Op
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.stores.streams import text
-from reactq.shared.tenancy import owner_of
+from reactq.shared.tenants.tenancy import owner_of
 from reactq.shared.wire import ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE
 
 MAX_LIMIT = 500

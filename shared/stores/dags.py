@@ -28,7 +28,7 @@ from reactq.shared.events import Event, dumps
 from reactq.shared.stores.idempotency import create_once
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import dag_index
-from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owner_of
 
 from reactq.shared.dag.machine import result_of
 from reactq.shared.dag.state import DagState, dump_dag, load_dag

@@ -7,7 +7,7 @@ Two pipelined round trips, bounded whatever the traffic:
    and the size of the in-flight hashes;
 2. those runs' ``status``, ``created_at``, ``tenant`` and ``result`` fields.
 
-The computation is ``reactq.shared.dashboard``'s.
+The computation is ``reactq.shared.observe.dashboard``'s.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any, cast
 
 import redis
 
-from reactq.shared.dashboard import WINDOW_S, RunPoint, merge_buckets, run_point
+from reactq.shared.observe.dashboard import WINDOW_S, RunPoint, merge_buckets, run_point
 from reactq.shared.keys import Keys
-from reactq.shared.metrics_schema import INFLIGHT
+from reactq.shared.observe.metrics_schema import INFLIGHT
 from reactq.shared.stores.runs_index import RunFilter, RunsIndex
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 
 #: At most this many runs are read (the newest of the hour); a busier hour says ``truncated``.
 MAX_RUNS = 2000

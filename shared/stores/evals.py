@@ -21,7 +21,7 @@ from reactq.shared.evals.cases import EvalCase
 from reactq.shared.evals.report import summarize
 from reactq.shared.keys import Keys
 from reactq.shared.stores.listing import ObjectIndex
-from reactq.shared.tenancy import DEFAULT_TENANT
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT
 
 __all__ = ["EVAL_FIELDS", "EvalStore", "eval_row", "record_field"]
 

@@ -22,7 +22,7 @@ import redis
 import redis.asyncio as aioredis
 
 from reactq.shared.keys import Keys
-from reactq.shared.tenancy import ADMIN, DEFAULT_TENANT, check_tenant, parse_scopes
+from reactq.shared.tenants.tenancy import ADMIN, DEFAULT_TENANT, check_tenant, parse_scopes
 
 __all__ = ["CACHE_S", "ApiKeyStore", "Caller", "KeyChecker", "OPEN_CALLER", "digest_of", "new_secret"]
 

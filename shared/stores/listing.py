@@ -25,7 +25,7 @@ import redis
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
 from reactq.shared.stores.runs_index import MAX_LIMIT, MAX_SCANNED, decode_cursor, encode_cursor
-from reactq.shared.tenancy import owner_of
+from reactq.shared.tenants.tenancy import owner_of
 
 __all__ = ["BATCH_FIELDS", "DAG_FIELDS", "ObjectIndex", "batch_index", "batch_row", "dag_index", "dag_row"]
 

@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 
 from reactq.shared.keys import Keys
 from reactq.shared.stores.streams import text
-from reactq.shared.tenancy import owner_of
+from reactq.shared.tenants.tenancy import owner_of
 
 
 @dataclass(frozen=True)

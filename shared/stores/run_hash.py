@@ -16,7 +16,7 @@ from reactq.shared.errors import RunNotFound
 from reactq.shared.keys import Keys
 from reactq.shared.stores.roundtrip import Op
 from reactq.shared.stores.streams import text
-from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owner_of
 
 __all__ = ["COST_FIELD", "SPENT_FIELD", "RunActivity", "RunRecord", "cost_op", "interrupts_of", "outcomes_of",
            "record_of", "spend_op", "spending_op", "spent_op"]

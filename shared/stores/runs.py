@@ -37,7 +37,7 @@ from reactq.shared.redisconn import is_cluster
 from reactq.shared.stores.roundtrip import Op, Read, checked, execute, failed
 from reactq.shared.stores.runs_lua import AFTER_LLM, COMMIT, FANIN, LEDGER_DONE, LOAD, inline_ops
 from reactq.shared.stores.streams import PUBLISH, entries_after, read_events, text, triples
-from reactq.shared.tenancy import DEFAULT_TENANT, owned_name, owner_of, thread_key
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owned_name, owner_of, thread_key
 
 # The statuses the run index keeps a set for.
 RUN_STATUSES: tuple[str, ...] = get_args(Status)

@@ -32,7 +32,7 @@ import redis
 
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
-from reactq.shared.tenancy import DEFAULT_TENANT, owned_name, thread_key
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owned_name, thread_key
 
 QUERY_CHARS = 200  # the listing shows the start of each query, not 100,000 characters
 MAX_LIMIT = 500

@@ -27,7 +27,7 @@ import redis
 from reactq.shared.stores.idempotency import write_if_absent
 from reactq.shared.stores.runs_index import decode_cursor, encode_cursor
 from reactq.shared.keys import Keys
-from reactq.shared.tenancy import DEFAULT_TENANT, owned_name, owner_of, split_owned
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owned_name, owner_of, split_owned
 from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.schedule.times import Cadence, iso
 from reactq.shared.stores.streams import text

@@ -25,7 +25,7 @@ from reactq.shared.stores.due import deadline_ms
 from reactq.shared.keys import Keys
 from reactq.shared.stores.roundtrip import Op
 from reactq.shared.stores.streams import text
-from reactq.shared.tenancy import DEFAULT_TENANT, owner_of
+from reactq.shared.tenants.tenancy import DEFAULT_TENANT, owner_of
 from reactq.shared.webhooks import due_member
 
 # KEYS: the delivery hash. ARGV: ttl s, then field/value pairs. Writes the delivery only if

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from reactq.dispatcher.http import create_app
 from reactq.shared.api.ops import Dashboard
-from reactq.shared.dashboard import MINUTES, WINDOW_S
+from reactq.shared.observe.dashboard import MINUTES, WINDOW_S
 from reactq.shared.keys import Keys
 from reactq.shared.requests import RunRequest
 from reactq.shared.stores.dashboard import DashboardStore
@@ -46,7 +46,7 @@ def test_the_last_hours_runs_by_status_and_tokens_of_a_tenant(workers, dispatche
     reading = store.read(time.time(), tenant=tenant, cluster=False)
     assert sorted(p.status for p in reading.points) == ["failed", "succeeded", "succeeded"]
     assert not reading.truncated and reading.turn_buckets is None and reading.in_flight is None
-    from reactq.shared.dashboard import build
+    from reactq.shared.observe.dashboard import build
 
     d = Dashboard.model_validate(build(reading.points, time.time(), truncated=False, turn_buckets=None,
                                        in_flight=None, queues=None)).model_dump()

@@ -16,7 +16,7 @@ import pytest
 
 from reactq.shared.llm.registry import load_model_specs
 from reactq.shared.settings import Settings
-from reactq.shared.tenants import load_tenants
+from reactq.shared.tenants.quotas import load_tenants
 from tests.integration.conftest import ROOT, worker_env
 from tests.integration.test_gateway import start_gateway, stop_gateway
 from tests.scripted_server import reply_text

@@ -31,7 +31,7 @@ from reactq.shared.requests import DagRequest, RunRequest
 from reactq.shared.schedule.models import ScheduleRequest
 from reactq.shared.settings import Settings
 from reactq.shared.stores.schedules import ScheduleStore
-from reactq.shared.tenancy import owned_name
+from reactq.shared.tenants.tenancy import owned_name
 from tests.integration.conftest import ROOT, Backend, LLMFixture, WorkerFactory, stop_together, worker_env
 from tests.integration.test_gateway import start_gateway, stop_gateway
 from tests.scripted_server import reply_text, reply_tool_calls

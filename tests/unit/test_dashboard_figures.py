@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from reactq.shared.dashboard import MINUTES, RunPoint, build, merge_buckets, quantile, run_point, turn_times
+from reactq.shared.observe.dashboard import MINUTES, RunPoint, build, merge_buckets, quantile, run_point, turn_times
 
 
 def test_a_run_hash_becomes_a_point_and_a_gone_one_none():

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter  # noqa: E402
 
-from reactq.shared import otel  # noqa: E402
+from reactq.shared.observe import otel  # noqa: E402
 from reactq.shared.llm import testing  # noqa: E402
 from reactq.shared.models import ChatMessage  # noqa: E402
 

@@ -19,7 +19,7 @@ from reactq.shared.errors import RequestError, RunNotFound, TooManyRequests
 from reactq.shared.service import Origin
 from reactq.shared.service.ops import cancel_run
 from reactq.shared.stores.dags import DagStore
-from reactq.shared.tenants import quota_of
+from reactq.shared.tenants.quotas import quota_of
 from reactq.shared.webhooks import webhook_id
 from reactq.shared.wire import RUNS_QUEUE
 from reactq.workers import webhooks

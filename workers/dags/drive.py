@@ -30,7 +30,7 @@ from reactq.shared.hooks import HookPoint
 from reactq.shared.models import Usage
 from reactq.shared.requests import DagRequest
 from reactq.shared.stores.flow import Limits
-from reactq.shared.tenants import quota_of
+from reactq.shared.tenants.quotas import quota_of
 from reactq.workers import metrics
 from reactq.workers.dags.context import DagContext
 from reactq.workers.dags.guarded import check, guarded

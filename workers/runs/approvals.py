@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from reactq.shared import otel
+from reactq.shared.observe import otel
 from reactq.shared.engine import approval as A
 from reactq.shared.engine import prompts, recorded
 from reactq.shared.engine.callevents import done_data, start_data

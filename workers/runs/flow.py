@@ -47,7 +47,7 @@ from reactq.shared.stores.due import run_member
 from reactq.shared.stores.roundtrip import checked, execute, failed, take
 from reactq.shared.stores.run_hash import spending_op
 from reactq.shared.settings import Settings
-from reactq.shared.tenants import quota_of
+from reactq.shared.tenants.quotas import quota_of
 from reactq.shared.wire import message_priorities
 from reactq.workers import metrics
 

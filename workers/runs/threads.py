@@ -17,7 +17,7 @@ from reactq.shared.stores.run_hash import RunRecord
 from reactq.shared.service.ops import send_first_step
 from reactq.shared.service.threads import end_of_run
 from reactq.shared.stores.threads import ThreadStore, arm_first_step, not_started, run_thread
-from reactq.shared.tenancy import thread_key
+from reactq.shared.tenants.tenancy import thread_key
 from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.settings import Settings
-from reactq.shared.tenancy import check_tenant
+from reactq.shared.tenants.tenancy import check_tenant
 
 __all__ = ["TenantQuota", "load_tenants", "quota_of"]
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from reactq.shared.metrics_schema import FAMILIES, bucket_label
+from reactq.shared.observe.metrics_schema import FAMILIES, bucket_label
 
 WINDOW_S = 3600
 MINUTES = WINDOW_S // 60
