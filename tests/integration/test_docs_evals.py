@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from reactq.shared.redisconn import free_port
@@ -103,9 +103,9 @@ def test_the_evals_guide_runs_as_written(llm, backend, tmp_path, monkeypatch):
         deadline = time.monotonic() + 30
         while True:
             try:
-                if httpx.get(f"{env['REACTQ_GATEWAY']}/healthz", timeout=1).status_code == 200:
+                if httpx2.get(f"{env['REACTQ_GATEWAY']}/healthz", timeout=1).status_code == 200:
                     break
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 pass
             assert time.monotonic() < deadline, (tmp_path / "gateway.log").read_text()
             time.sleep(0.2)
