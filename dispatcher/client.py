@@ -1,6 +1,6 @@
 """The dispatcher's Python API: submit runs, watch their events, talk to them.
 
-    d = Dispatcher()                      # settings from the environment
+    d = Dispatcher()                      # settings from the environment (no REACTQ_REDIS_URL: the embedded server)
     h = d.submit(RunRequest(query="what is 17*23?"))
     for stream_id, event in h.events():   # blocking; resumable with after=stream_id
         ...
@@ -23,6 +23,7 @@ from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.errors import NoWorker, RunNotFound
 from reactq.shared.events import Event
 from reactq.shared.keys import Keys
+from reactq.shared.redisconn import with_embedded
 from reactq.shared.requests import RunRequest
 from reactq.shared.service import Door, Origin, OriginKind, Stores
 from reactq.shared.service.door import check_interrupt
@@ -147,7 +148,10 @@ class Dispatcher:
     (``reactq.shared.service``)."""
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None) -> None:
-        self.settings = settings or Settings()
+        """Without ``REACTQ_REDIS_URL`` (and no ``redis_client``): the embedded server the
+        command line's local commands use, started if none is running (one machine needs nothing)."""
+        settings = settings or Settings()
+        self.settings = settings if redis_client is not None else with_embedded(settings)
         self.keys = Keys(self.settings.key_prefix)
         self._redis = redis_client
 

@@ -102,9 +102,10 @@ class DagDispatcher:
 
     def __init__(self, settings: Settings | None = None, *, redis_client: redis.Redis | None = None,
                  config: DagConfig | None = None, runs: Dispatcher | None = None) -> None:
-        self.settings = settings or (runs.settings if runs is not None else Settings())
         # ``runs``: a dispatcher whose stores this one shares (one bundle per process).
-        self.runs = runs or Dispatcher(self.settings, redis_client=redis_client)
+        # Without REACTQ_REDIS_URL: the embedded server's (``Dispatcher``).
+        self.runs = runs or Dispatcher(settings, redis_client=redis_client)
+        self.settings = self.runs.settings
         self.config = config or DagConfig()
 
     @property

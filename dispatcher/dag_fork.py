@@ -68,9 +68,7 @@ def fork_dag(dd: DagDispatcher, source: str) -> DagFork:
     now = time.time()
     ids = {s.id: idempotent_id(f"dagfork:{new_id}:{s.id}", tenant=rec.tenant) for s in failed}
     fork = _new_state(state, new_id, again, ids, now)
-    dd.store.create(new_id, rec.request, tenant=rec.tenant)
-    dd.store.r.hset(dd.store.keys.dag(new_id), "forked_from", source)
-    dd.store.commit(fork, 0, [])
+    d.door.create_forked_dag(new_id, rec.request, fork, tenant=rec.tenant, forked_from=source)
     flags = tool_flags(d)
     for step in failed:
         assert step.run_id is not None

@@ -60,7 +60,7 @@ CHANNEL_DOCS: dict[str, ChannelDoc] = {
         "id": "the interrupt's id",
     }),
     "error": ChannelDoc("Something went wrong; the run may still end with an answer.", {
-        "kind": "`budget`, `synthesis_fallback`, `tool_uncertain`, `tool_crashed`, `task_crashed`, "
+        "kind": "`budget`, `synthesis_fallback`, `tool_uncertain`, `tool_crashed`, `tool_unavailable`, `task_crashed`, "
                 "`cancelled`, `interrupted`, `internal`, …",
         "message": "what happened, for a person",
     }),

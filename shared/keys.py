@@ -19,6 +19,8 @@ its id and the run's Lua scripts touch one slot, on one shard.
 | ``idem:{key}``                    | string | dispatcher (SET NX)   | with the run                |
 |   a tenant other than ``default``: ``idem@<tenant>:{key}``
 | ``runs:tenant:{tenant}``          | zset   | dispatcher            | like ``runs``               |
+| ``mcp:tasks:{tenant}``            | zset   | MCP server            | ``run_ttl``, refreshed at each task |
+|   the runs a tenant made as MCP tasks, by created_at (``tasks/list``); expired runs are dropped when listed
 | ``apikey:{sha256}``               | hash   | keys store            | none (deleted on revoke)    |
 | ``apikeys``                       | hash   | keys store            | none (key id → public JSON) |
 | ``tenant:{t}:spend:{day}``        | hash   | LLM middleware        | 2 days (dollars, reservations) |
@@ -42,6 +44,10 @@ its id and the run's Lua scripts touch one slot, on one shard.
 |   ``dag:{id}`` field ``due_n``.
 | ``approvals:pending``             | zset   | approval scripts      | none (``run/approval`` → requested_at) |
 | ``catalog``                       | hash   | workers at start      | none (tools, models)        |
+| ``toolsets``                      | hash   | workers (heartbeat)   | none (node → JSON {tools, queue, at}) |
+|   each live worker's tools and its own hand-on queue (``shared/stores/toolsets.py``)
+| ``tools:offered``                 | hash   | workers at start      | none (tool name → its schema, every tool a worker offered) |
+| ``run:{id}:toolwait``             | hash   | workers (tool task)   | the wait + a minute (call id → JSON {since, last}) |
 | ``dag:{id}`` / ``dag:{id}:events`` / ``dag:{id}:interrupts`` | hash / stream | DAG tasks | as for runs |
 | ``batch:{id}`` / ``batch:{id}:driver`` | hash / string | the gateway          | ``run_ttl`` after it ends   |
 | ``batch:{id}:spend``              | hash   | LLM middleware        | ``run_ttl`` after its last call |
@@ -121,6 +127,10 @@ class Keys:
     def run_tools(self, run_id: str) -> str:
         return f"{self.run(run_id)}:tools"
 
+    def run_toolwait(self, run_id: str) -> str:
+        """The run's tool calls that wait for a worker offering their tool."""
+        return f"{self.run(run_id)}:toolwait"
+
     def run_fanin(self, run_id: str, step_no: int) -> str:
         return f"{self.run(run_id)}:fanin:{step_no}"
 
@@ -134,6 +144,10 @@ class Keys:
         """An idempotency key; a tenant other than ``default`` has its own names."""
         scope = "" if tenant == "default" else f"@{tenant}"
         return f"{self.prefix}idem{scope}:{{{key}}}"
+
+    def mcp_tasks(self, tenant: str) -> str:
+        """The runs one tenant made as MCP tasks, by creation time (``tasks/list``)."""
+        return f"{self.prefix}mcp:tasks:{{{tenant}}}"
 
     def runs_tenant(self, tenant: str) -> str:
         """The run index of one tenant (``GET /v1/runs`` for a tenant's key)."""
@@ -213,6 +227,16 @@ class Keys:
     @property
     def catalog(self) -> str:
         return f"{self.prefix}catalog"
+
+    @property
+    def toolsets(self) -> str:
+        """Each live worker's tools (``shared/stores/toolsets.py``)."""
+        return f"{self.prefix}toolsets"
+
+    @property
+    def tools_offered(self) -> str:
+        """Every tool name some worker has offered (a name not in it was made up)."""
+        return f"{self.prefix}tools:offered"
 
     def metrics(self, name: str, shard: int | None = None) -> str:
         """``metrics:<family>`` (written before the shards existed; still read), or a shard of it."""

@@ -97,9 +97,9 @@ def _ping(port: int) -> bool:
 
 
 def redis_url(settings: Settings) -> str:
-    """The configured Redis URL. Nothing is started here: an application that builds a
-    ``Dispatcher`` without ``REACTQ_REDIS_URL`` gets an error, never a server of its own; the
-    CLI's local commands start the embedded one first (``ensure_embedded``)."""
+    """The configured Redis URL. Nothing is started here: the CLI's local commands and a
+    ``Dispatcher`` built without ``REACTQ_REDIS_URL`` start the embedded one first
+    (``with_embedded``); other callers get an error naming the setting."""
     if settings.redis_url:
         return str(settings.redis_url)
     raise ConfigError("REACTQ_REDIS_URL is not set: point it at the Redis your workers use "
@@ -109,8 +109,8 @@ def redis_url(settings: Settings) -> str:
 
 def with_embedded(settings: Settings) -> Settings:
     """``settings`` with a Redis URL: the configured one, else the embedded server's (started
-    if needed, under ``data_dir``). For the CLI's local conveniences only; child processes get
-    the URL through ``child_env``."""
+    if needed, under ``data_dir``). For the CLI's local conveniences and ``Dispatcher()``;
+    child processes get the URL through ``child_env``."""
     if settings.redis_url:
         return settings
     return settings.model_copy(update={"redis_url": ensure_embedded(settings.data_dir)})

@@ -158,6 +158,9 @@ class Settings(BaseSettings):
     """Work committed but not started within ``lease_seconds`` + this is sent again."""
     max_task_crashes: int = Field(3, ge=1)
     """A step whose worker died this many times is failed instead of sent again (a poison pill)."""
+    tool_unavailable_s: float = Field(30.0, ge=0)
+    """A tool call whose tool no live worker offers (its worker is being replaced) waits this long
+    for one, then is answered with an error (``error`` kind ``tool_unavailable``)."""
     visibility_timeout: int = Field(3600, ge=10)
     """The Redis broker's visibility timeout (seconds): an unacknowledged task is redelivered after it. Recovery does not wait for it."""
     worker_alive_file: Path | None = None

@@ -21,8 +21,20 @@ from reactq.shared.settings import Settings
 
 RUNS_QUEUE = "reactq.runs"
 TOOLS_QUEUE = "reactq.tools"
+#: A worker's own queue for tool calls handed on to it by workers lacking their tool
+#: (``workers/runs/handon.py``); consumed beside ``reactq.tools``.
+HANDON_QUEUE_PREFIX = "reactq.tools.@"
 #: Webhook deliveries: their own queue, so a slow receiver never holds a run's worker slot.
 WEBHOOKS_QUEUE = "reactq.webhooks"
+
+#: What a worker consumes unless told otherwise (``reactq worker`` and the local workers).
+DEFAULT_QUEUES = f"{RUNS_QUEUE},{TOOLS_QUEUE},{WEBHOOKS_QUEUE}"
+
+
+def handon_queue(node: str) -> str:
+    """The hand-on queue of the worker named ``node``."""
+    return f"{HANDON_QUEUE_PREFIX}{node}"
+
 
 # -- a run's tasks ---------------------------------------------------------------------------
 ITERATE = "reactq.iterate"

@@ -132,6 +132,13 @@ class Runtime:
         return default_registry(self.settings)
 
     @cached_property
+    def run_tools(self) -> ToolRegistry:
+        """What runs are shown: this worker's tools, and stand-ins for the tools only other live
+        workers offer (added as they appear: ``workers/runs/handon.py``). Calls run only where
+        the tool is (``tools``)."""
+        return ToolRegistry(self.tools, default_timeout=self.tools.default_timeout)
+
+    @cached_property
     def hooks(self) -> HookRegistry:
         return default_hooks(self.settings)
 
@@ -157,7 +164,7 @@ class Runtime:
         """The run's dependencies, built once per model for this thread (``DepsCache``)."""
         cache: DepsCache | None = getattr(self._local, "deps", None)
         if cache is None:
-            cache = self._local.deps = DepsCache(self.models, self.tools, self.hooks, self.config)
+            cache = self._local.deps = DepsCache(self.models, self.run_tools, self.hooks, self.config)
         return cache.get(state.model if state else model)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:

@@ -38,21 +38,21 @@ def fork_batch_id(source: str, req: BatchForkRequest) -> str:
     return hashlib.sha256(f"{source}\x00{body}".encode()).hexdigest()[:32]
 
 
-def fork_batch(d: Dispatcher, store: BatchStore, source: str, req: BatchForkRequest) -> BatchFork:
+def fork_batch(d: Dispatcher, batches: BatchStore, source: str, req: BatchForkRequest) -> BatchFork:
     """Fork ``source``'s lines whose status ``req.status`` names (``RunNotFound`` when it is gone)."""
-    view = store.view(source, with_results=True)
+    view = batches.view(source, with_results=True)
     if view is None:
         raise RunNotFound(f"no batch with id {source!r} (it may have expired)")
     new_id = fork_batch_id(source, req)
-    items, concurrency, _ = store.items(source)
+    items, concurrency, _ = batches.items(source)
     results = {int(r["line"]): r for r in view.get("results", [])}
     chosen = [it for it in items if (res := results.get(it.line)) is not None and res.get("status") in req.status
               and res.get("run_id")]
     kept = [results[it.line] for it in items if it not in chosen and it.line in results]
-    if not req.dry_run and store.exists(new_id):
+    if not req.dry_run and batches.exists(new_id):
         return BatchFork(new_id, len(chosen), len(kept), created=False)
     flags = tool_flags(d)
-    cap = store.cost_budget(source)
+    cap = batches.cost_budget(source)
     plans: dict[str, Plan] = {}
     new_items: list[BatchItem] = []
     for it in chosen:
@@ -69,8 +69,8 @@ def fork_batch(d: Dispatcher, store: BatchStore, source: str, req: BatchForkRequ
     if req.dry_run:
         return BatchFork(None, len(chosen), len(kept), plans)
     kept_items = [it for it in items if it not in chosen]
-    store.create(sorted(new_items + kept_items, key=lambda i: i.line), concurrency, store.token_budget(source),
-                 tenant=view["tenant"], cost_budget_usd=cap, webhook=store.webhook(source),
+    batches.create(sorted(new_items + kept_items, key=lambda i: i.line), concurrency, batches.token_budget(source),
+                 tenant=view["tenant"], cost_budget_usd=cap, webhook=batches.webhook(source),
                  batch_id=new_id, forked_from=source, results=[{**r, "forked": False} for r in kept])
     return BatchFork(new_id, len(chosen), len(kept))
 

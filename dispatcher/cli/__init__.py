@@ -10,7 +10,8 @@
 ``threads``        ``thread``, and ``run --thread`` / ``--strategy``
 ``approvals``      ``approvals``, ``approve``, ``reject``, ``respond``
 ``keys``           ``keys create|list|revoke`` (API keys of tenants)
-``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``models``, ``tools``
+``ops``            ``serve``, ``worker``, ``scheduler``, ``down``, ``env``, ``models``, ``tools``
+``mcp``            ``mcp`` (reactq as an MCP server on stdio)
 ``schedules``      ``schedules create|list|show|pause|resume|delete|trigger``
 ``common``         consoles, the exit-code table, ``fail``; ``checks``: argument checks;
                    ``render``: the live terminal view of a run
@@ -40,10 +41,13 @@ from typing import Any
 
 import redis.exceptions
 import typer
+from rich.markup import escape
 
-from reactq.dispatcher.cli import approvals, batches, forks, keys, listing, ops, runs, schedules, threads
-from reactq.dispatcher.cli.common import EXIT_CODES_EPILOG, EXIT_FAILED, err
+from reactq.dispatcher.cli import approvals, batches, forks, helpfmt, keys, listing, mcp, ops, runs, schedules, threads
+from reactq.dispatcher.cli.common import (EXIT_CODES_EPILOG, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, err,
+                                          error_body, print_error)
 
+helpfmt.install()
 app = typer.Typer(name="reactq", help="ReAct agents as durable, distributed jobs on Celery and Redis.",
                   epilog=EXIT_CODES_EPILOG, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_show_locals=False)
@@ -85,7 +89,11 @@ def verb_command(name: str) -> Callable[[typer.Context], None]:
         sub = typer.Typer(add_completion=False, pretty_exceptions_show_locals=False)
         sub.command(epilog=None if verb else f"Also: {others}. {EXIT_CODES_EPILOG}")(resolve(verbs[verb]))
         prog = f"reactq {name}" + (f" {verb}" if verb else "")
-        typer.main.get_command(sub).main(args=args[1:] if verb else args, prog_name=prog)
+        # With --json, click's errors reach main_json (one JSON object), not click's own printing.
+        code = typer.main.get_command(sub).main(args=args[1:] if verb else args, prog_name=prog,
+                                                standalone_mode="--json" not in args)
+        if isinstance(code, int) and code:
+            raise typer.Exit(code)
 
     command.__name__ = name
     command.__doc__ = _VERB_HELP[name]
@@ -118,7 +126,8 @@ for name in VERBS:
 app.command()(ops.serve)
 app.command(context_settings=_PASS_THROUGH)(ops.worker)
 app.command(context_settings=_PASS_THROUGH)(ops.scheduler)
-for ops_command in (ops.down, ops.models, ops.tools):
+app.command()(mcp.mcp)
+for ops_command in (ops.down, ops.env, ops.models, ops.tools):
     app.command()(ops_command)
 app.command("thread")(threads.thread)
 for approval_command in (approvals.approvals, approvals.approve, approvals.reject, approvals.respond):
@@ -130,12 +139,36 @@ app.add_typer(keys.app, name="keys")
 
 
 def main() -> None:
+    as_json = "--json" in sys.argv[1:]
     try:
-        app()
+        sys.exit(main_json()) if as_json else app()
     except redis.exceptions.ConnectionError as exc:
         # Not a usage error and not a failed run: the infrastructure is not there.
-        err.print(f"[red]error:[/] cannot reach Redis ({exc}); is REACTQ_REDIS_URL right?")
+        message = f"cannot reach Redis ({exc}); is REACTQ_REDIS_URL right?"
+        if as_json:
+            print_error({"code": "unavailable", "message": message})
+        else:
+            err.print(f"[red]error:[/] {escape(message)}")
         sys.exit(EXIT_FAILED)
+
+
+def main_json() -> int:
+    """``app()`` for a command line with ``--json``: a usage error click would print as text
+    is one JSON object on stderr too (``{"error": {"code", "message", "field"?}}``), with
+    click's exit code."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # typer's click: a bad argument or option
+        exit_code = int(getattr(exc, "exit_code", EXIT_USAGE))
+        body = error_body(getattr(exc, "format_message", exc.__str__)(), exit_code, kind="usage_error")
+        param = getattr(exc, "param", None)
+        if param is not None and getattr(param, "opts", None):
+            body["field"] = param.opts[0]
+        print_error(body)
+        return exit_code
+    except typer.Abort:
+        return EXIT_INTERRUPTED
+    return code if isinstance(code, int) else EXIT_OK
 
 
 __all__ = ["VERBS", "app", "main", "resolve"]

@@ -15,7 +15,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from reactq.dispatcher.cli.common import EXIT_FAILED, dispatcher, err, fail, handle_for, out
+from reactq.dispatcher.cli.common import EXIT_FAILED, dispatcher, err, fail, handle_for, out, whole_ids
 from reactq.shared.errors import ApprovalConflict, RequestError, RunNotFound
 
 
@@ -37,7 +37,7 @@ def approvals(
         table.add_row(a["run_id"], a["approval_id"], a["status"], a["tool_name"],
                       json.dumps(a["tool_args"], ensure_ascii=False), a.get("reason") or "",
                       _when(a["expires_at"]))
-    out.print(table)
+    out.print(whole_ids(table, "run", "approval"))
 
 
 def approve(

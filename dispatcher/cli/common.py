@@ -8,12 +8,15 @@ need them, so ``reactq --help`` and ``reactq status`` start fast.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, NoReturn
+import re
+import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from reactq.shared.errors import ConfigError, LocalServiceError, RunNotFound
 from reactq.shared.settings import Settings
@@ -43,9 +46,49 @@ EXIT_CODES = (
 EXIT_CODES_EPILOG = "Exit codes: " + " · ".join(f"{code} {short}" for code, short, _ in EXIT_CODES) + "."
 
 
-def fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    err.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
+def fail(message: str, code: int = EXIT_USAGE, *, kind: str | None = None, field: str | None = None) -> NoReturn:
+    """Say what is wrong on stderr and exit ``code``. With ``--json``: one JSON object
+    ``{"error": {"code", "message", "field"?}}`` (``error_body``)."""
+    if json_errors():
+        print_error(error_body(message, code, kind=kind, field=field))
+    else:
+        err.print(f"[red]error:[/] {escape(message)}", markup=True, highlight=False)
     raise typer.Exit(code)
+
+
+def json_errors() -> bool:
+    """Was ``--json`` given on the command line?"""
+    return "--json" in sys.argv[1:]
+
+
+#: An error's ``code`` with ``--json``: what kind of problem, whatever the message says.
+ERROR_CODES = ("usage_error", "validation_error", "not_found", "config_error", "conflict",
+               "unavailable", "failed")
+_FIELD = re.compile(r"^(--[\w-]+|[A-Za-z_][\w.]*)(?: '[^']*')?: ")
+
+
+def error_body(message: str, exit_code: int = EXIT_USAGE, *, kind: str | None = None,
+               field: str | None = None) -> dict[str, Any]:
+    """``{"code", "message", "field"?}``: ``kind`` and ``field`` when the caller knows them,
+    else read from the message's usual forms ("invalid request: query: …", "--status: …")."""
+    lowered = message.lower()
+    rest = message
+    for prefix, guessed in (("invalid request: ", "validation_error"), ("bad configuration: ", "config_error")):
+        if lowered.startswith(prefix):
+            kind, rest = kind or guessed, message[len(prefix):]
+    if kind is None:
+        names_nothing = lowered.startswith("no ") or "not found" in lowered or "may have expired" in lowered
+        kind = "not_found" if names_nothing else ("failed" if exit_code == EXIT_FAILED else "usage_error")
+    if field is None and (m := _FIELD.match(rest)):
+        field = m.group(1)
+    body: dict[str, Any] = {"code": kind, "message": message}
+    if field:
+        body["field"] = field
+    return body
+
+
+def print_error(body: dict[str, Any]) -> None:
+    print(json.dumps({"error": body}, ensure_ascii=False), file=sys.stderr, flush=True)
 
 
 def check_id(value: str, what: str) -> None:
@@ -54,6 +97,16 @@ def check_id(value: str, what: str) -> None:
 
     if why := id_problem(value, what):
         fail(why)
+
+
+def whole_ids(table: Table, *columns: str) -> Table:
+    """Ids are never cut or wrapped, whatever the terminal's width: ``columns`` (by header) get
+    the width of their longest cell; the other columns share what is left."""
+    for column in table.columns:
+        if column.header in columns:
+            column.no_wrap = True
+            column.min_width = max([len(str(c)) for c in column.cells] + [len(str(column.header))])
+    return table
 
 
 def print_json(value: object) -> None:
@@ -82,9 +135,9 @@ def with_model(s: Settings) -> Settings:
     try:
         return resolve_model(s)
     except ConfigError as exc:
-        fail(str(exc))
+        fail(str(exc), kind="config_error")
     except RuntimeError as exc:  # the local server would not start
-        fail(f"the local model did not start: {exc}", EXIT_FAILED)
+        fail(f"the local model did not start: {exc}", EXIT_FAILED, kind="unavailable")
 
 
 def local(s: Settings) -> Settings:
@@ -95,7 +148,7 @@ def local(s: Settings) -> Settings:
     try:
         return with_embedded(s)
     except RuntimeError as exc:
-        fail(f"the embedded Valkey did not start: {exc}", EXIT_FAILED)
+        fail(f"the embedded Valkey did not start: {exc}", EXIT_FAILED, kind="unavailable")
 
 
 def dispatcher(s: Settings | None = None) -> Dispatcher:
@@ -109,7 +162,7 @@ def handle_for(run_id: str) -> RunHandle:
     try:
         return dispatcher().handle(run_id)
     except RunNotFound as exc:
-        fail(str(exc))
+        fail(str(exc), kind="not_found", field="run_id")
 
 
 def exit_code_for(status: str | None) -> int:
@@ -130,4 +183,4 @@ def ensure_local_workers(s: Settings, d: Dispatcher) -> None:
     try:
         ensure(d.settings, d.celery, err)  # the dispatcher's: with the embedded server's URL
     except LocalServiceError as exc:
-        fail(str(exc), EXIT_FAILED)
+        fail(str(exc), EXIT_FAILED, kind="unavailable")

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from reactq.dispatcher.cli.common import check_id, dispatcher, err, fail, out, print_json
+from reactq.dispatcher.cli.common import check_id, dispatcher, err, fail, out, print_json, whole_ids
 
 
 def runs(
@@ -62,4 +62,4 @@ def _table(rows: list[dict[str, Any]]) -> None:
     if not rows:
         err.print("no runs")
         return
-    out.print(table)
+    out.print(whole_ids(table, "run"))

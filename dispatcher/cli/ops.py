@@ -14,8 +14,9 @@ import typer
 from rich.table import Table
 
 from reactq.dispatcher.cli.common import dispatcher, ensure_local_workers, fail, local, out, settings, with_model
-from reactq.shared.settings import child_env
+from reactq.shared.settings import Settings, child_env
 from reactq.shared.errors import ConfigError
+from reactq.shared.wire import DEFAULT_QUEUES
 
 
 def serve(
@@ -42,7 +43,7 @@ def serve(
 
 def worker(
     ctx: typer.Context,
-    queues: str = typer.Option("reactq.runs,reactq.tools,reactq.webhooks", "--queues", "-Q", help="queues to consume"),
+    queues: str = typer.Option(DEFAULT_QUEUES, "--queues", "-Q", help="queues to consume"),
     pool: str = typer.Option("threads", "--pool", "-P", help="celery pool (threads, prefork, …)"),
     concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, help="tasks at once (threads)"),
     name: str = typer.Option("reactq@%h", "--name", "-n", help="worker node name"),
@@ -80,25 +81,63 @@ def scheduler_command(log_level: str = "INFO") -> list[str]:
 
 
 def down() -> None:
-    """Stop the local workers 'reactq run' started and the embedded Valkey server."""
+    """Stop the local workers 'reactq run' started, the embedded Valkey server and the local
+    model server; says what it stopped (nothing, when none of them was running)."""
     from reactq.dispatcher.local.workers import stop_workers
     from reactq.dispatcher.local.model import stop_shared_server
+    from reactq.shared.redisconn import stop_embedded
 
     s = settings()
-    n = stop_workers(s)
-    embedded = "" if s.redis_url else " and the embedded server"
-    model = " and the local model server" if stop_shared_server(s) else ""
-    out.print(f"stopped {n} local worker(s){embedded}{model}")
+    stopped = []
+    if n := stop_workers(s, embedded=False):
+        stopped.append(f"{n} local worker(s)")
+    if not s.redis_url and stop_embedded(s.data_dir):
+        stopped.append("the embedded server")
+    if stop_shared_server(s):
+        stopped.append("the local model server")
+    out.print(f"stopped {' and '.join(stopped)}" if stopped else
+              f"nothing to stop: no local worker, embedded server or local model server was running "
+              f"(under {s.data_dir})")
+
+
+def env(as_json: bool = typer.Option(False, "--json", help="print the settings as JSON")) -> None:
+    """The Redis and broker URLs this machine's commands use: REACTQ_REDIS_URL, else the
+    embedded server (started if needed), as 'export' lines for another shell."""
+    from reactq.shared.redisconn import broker_url
+
+    s = local(settings())
+    values = {"REACTQ_REDIS_URL": _shown(str(s.redis_url))}
+    if s.broker_url:
+        values["REACTQ_BROKER_URL"] = _shown(broker_url(s))
+    values["REACTQ_DATA_DIR"] = str(s.data_dir)
+    if as_json:
+        print(json.dumps({**values, "embedded": not settings().redis_url}, ensure_ascii=False))
+        return
+    for name, value in values.items():
+        # A URL with a password is shown without it: a comment, not a line to paste.
+        print(f"# {name}={value}  (password hidden)" if ":***@" in value else f"export {name}={value}")
+
+
+def _shown(url: str) -> str:
+    """A URL without its password (``***``): what it names, not how to get in."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.password:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def models(as_json: bool = typer.Option(False, "--json", help="print the registry as JSON")) -> None:
-    """The model registry (no secrets)."""
+    """The model registry runs use (no secrets): REACTQ_MODELS, else OPENAI_API_KEY's model,
+    else the bundled local model's."""
     from reactq.shared.llm.registry import load_registry
 
     try:
-        specs = load_registry(settings()).specs()
+        specs = load_registry(_models_in_use(settings())).specs()
     except ConfigError as exc:
-        fail(str(exc))
+        fail(str(exc), kind="config_error")
     if as_json:
         print(json.dumps([sp.model_dump(mode="json") for sp in specs], ensure_ascii=False))
         return
@@ -109,6 +148,21 @@ def models(as_json: bool = typer.Option(False, "--json", help="print the registr
                       ", ".join(k for k, v in sp.abilities.items() if v), sp.base_url or "",
                       limits_cell(sp), use.get(sp.name, "-"))
     out.print(table)
+
+
+def _models_in_use(s: Settings) -> Settings:
+    """With no model configured, runs use the local model's registry: show that one (it is
+    written when the local model first starts), never a default no run would use."""
+    from reactq.dispatcher.local.model import REGISTRY_FILE, model_configured
+
+    if model_configured(s):
+        return s
+    local_registry = s.data_dir / REGISTRY_FILE
+    if local_registry.exists():
+        return s.model_copy(update={"models": local_registry})
+    fail("no model is configured: set OPENAI_API_KEY (and REACTQ_MODEL), or REACTQ_MODELS; without them "
+         "runs use the bundled local model, whose registry is written when it first starts "
+         "(reactq run). See the docs' 'Configure a model'.", kind="config_error")
 
 
 def tools(as_json: bool = typer.Option(False, "--json", help="print the tools as JSON")) -> None:

@@ -19,7 +19,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from reactq.dispatcher.cli.common import dispatcher, fail, out, validation_message
+from reactq.dispatcher.cli.common import dispatcher, fail, out, validation_message, whole_ids
 from reactq.shared.errors import RequestError, ScheduleNotFound
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ def list_(as_json: bool = JSON) -> None:
         table.add_row(v["schedule_id"], v["tenant"], when, str(v["run"].get("query", ""))[:60], "yes" if v["paused"] else "",
                       v["next_fire_times"][0] if v["next_fire_times"] else "-", v["last_run_id"] or "-",
                       str(v["skipped"]))
-    out.print(table)
+    out.print(whole_ids(table, "schedule", "last run"))
 
 
 def show(

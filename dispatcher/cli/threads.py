@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 import typer
 from pydantic import ValidationError
 
-from reactq.dispatcher.cli.common import EXIT_FAILED, dispatcher, err, fail, out, settings, validation_message
+from reactq.dispatcher.cli.common import (EXIT_FAILED, dispatcher, err, fail, out, settings, validation_message,
+                                          whole_ids)
 
 if TYPE_CHECKING:
     from reactq.dispatcher.client import Dispatcher, RunHandle
@@ -89,4 +90,4 @@ def _render(out: Any, view: dict[str, Any]) -> None:
         mark = " (active)" if r["run_id"] == view["active_run"] else ""
         query = r["query"] if len(r["query"]) <= 80 else r["query"][:79] + "…"
         table.add_row(r["run_id"] + mark, r["status"], escape(query))
-    out.print(table)
+    out.print(whole_ids(table, "run"))

@@ -17,16 +17,19 @@ import redis
 from fastapi import APIRouter, FastAPI
 
 from reactq.dispatcher.http import catalog as catalog_http
+from reactq.dispatcher.http import mcp_mount
 from reactq.dispatcher.http import flow as flow_http
 from reactq.dispatcher.http import runs_index as runs_index_http
 from reactq.dispatcher.http import threads as threads_http
 from reactq.dispatcher.http import evals as evals_http
 from reactq.dispatcher.http import ui as ui_http
-from reactq.dispatcher.http import approvals, batches, dags, errors, forks, keys, openapi, ops, runs, schedules, webhooks
+from reactq.dispatcher.http import (approvals, batches, dags, errors, forks, keys, openapi, ops, responses, runs,
+                                         schedules, webhooks)
 from reactq.dispatcher.http.gateway import Gateway
 from reactq.dispatcher.http.auth import KeyAuth
 from reactq.dispatcher.http.middleware import BodyLimit, StrictJson
 from reactq.dispatcher.http.pacing import Paced
+from reactq.dispatcher.http.responses_errors import OpenAIErrors
 from reactq.shared.errors import ConfigError
 from reactq.shared.redisconn import check_cluster_mode
 from reactq.shared.settings import Settings
@@ -36,7 +39,8 @@ log = logging.getLogger("reactq.http")
 
 ROUTERS: list[APIRouter] = [runs.router, forks.router, batches.router, dags.router, ops.router, keys.router, runs_index_http.router,
                             ui_http.router, threads_http.router, catalog_http.router,
-                            flow_http.router, schedules.router, approvals.router, webhooks.router, evals_http.router]
+                            flow_http.router, schedules.router, approvals.router, webhooks.router, evals_http.router,
+                            responses.router]
 
 
 DESCRIPTION = (
@@ -83,9 +87,10 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     if keepalive is None:
         keepalive = settings.sse_keepalive
     gw = Gateway(settings, keepalive)
+    mcp_endpoints: list[mcp_mount.McpEndpoint] = []
 
     @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    async def gateway_lifespan() -> AsyncIterator[None]:
         await _refuse_a_cluster_node(gw)
         try:
             await gw.resume_batches()
@@ -96,6 +101,11 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
         yield
         await gw.close()
 
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with gateway_lifespan(), mcp_endpoints[0].serving():  # the gateway's, then /mcp's server
+            yield
+
     # redirect_slashes off: ``/v1/runs/`` is a 404 in the one error shape, not a redirect.
     app = FastAPI(title="reactq", version="0.1.0", lifespan=lifespan, description=DESCRIPTION, redirect_slashes=False,
                   responses=errors.responses(*errors.COMMON_ERRORS))
@@ -104,12 +114,15 @@ def create_app(settings: Settings | None = None, *, keepalive: float | None = No
     openapi.install(app)
     for router in ROUTERS:
         app.include_router(router)
+    mcp_endpoints.append(mcp_mount.install(app, gw))
     # Added innermost first: auth refuses before a large body is read at all, and only a
     # body within the limit is parsed.
     app.add_middleware(StrictJson)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     if settings.api_token:
         app.add_middleware(KeyAuth, token=settings.api_token, gateway=gw)
+    # Around auth: the Responses routes answer every error (a 401 included) as OpenAI does.
+    app.add_middleware(OpenAIErrors)
     # Outermost: a burst of requests enters the app a few per turn of the loop (``pacing``).
     app.add_middleware(Paced)
     return app

@@ -20,6 +20,7 @@ Authentication is the gateway's middleware.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,6 +31,7 @@ from reactq.shared.api.ops import ModelCatalog, ToolCatalog
 from reactq.shared.keys import Keys
 from reactq.shared.redisconn import redis_url
 from reactq.shared.settings import Settings
+from reactq.shared.stores.toolsets import parse_toolsets
 
 __all__ = ["router"]
 
@@ -53,7 +55,21 @@ async def _catalog(request: Request, field: str) -> tuple[list[dict[str, Any]], 
 async def list_tools(request: Request) -> Any:
     """The tools the workers published (name, description, JSON Schema of the arguments)."""
     tools, published = await _catalog(request, "tools")
-    return {"tools": tools, "published": published}
+    return {"tools": tools + await _offered_elsewhere(request, {t["name"] for t in tools}), "published": published}
+
+
+async def _offered_elsewhere(request: Request, known: set[str]) -> list[dict[str, Any]]:
+    """The tools live workers offer beyond the published catalog (the last worker to start
+    wrote it; workers may load different tools: ``reactq.shared.stores.toolsets``)."""
+    gw = getattr(request.app.state, "gateway", None)
+    if gw is None:
+        return []
+    sets, _ = parse_toolsets(await gw.aredis.hgetall(gw.keys.toolsets), time.time())
+    names = sorted({n for ts in sets for n in ts.tools} - known)
+    if not names:
+        return []
+    raw = await gw.aredis.hmget(gw.keys.tools_offered, names)
+    return [json.loads(v) for v in raw if v]
 
 
 @router.get("/v1/models", response_model=ModelCatalog)

@@ -1,7 +1,8 @@
 """Local processes for the embedded default: worker processes started on demand.
 
 ``reactq run`` on a fresh machine has no workers: ``ensure_workers`` starts a detached
-``celery -A reactq.workers.app worker`` (threads pool) whose log and pid live under
+``celery -A reactq.workers.app worker`` (threads pool, every queue ``reactq worker`` consumes,
+``reactq.webhooks`` included) whose log and pid live under
 ``<data_dir>/``, and ``stop_workers`` (``reactq down``) stops it again.
 """
 
@@ -20,13 +21,15 @@ from reactq.shared.errors import LocalServiceError
 from reactq.shared.settings import child_env
 from reactq.shared.redisconn import redis_url, stop_embedded
 from reactq.shared.settings import Settings
+from reactq.shared.wire import DEFAULT_QUEUES
 
 PID_FILE = "workers.json"
 
 
-def worker_command(*, queues: str = "reactq.runs,reactq.tools", pool: str = "threads",
+def worker_command(*, queues: str = DEFAULT_QUEUES, pool: str = "threads",
                    concurrency: int = 8, name: str = "reactq@%h") -> list[str]:
-    """The ``celery worker`` command line for reactq's queues."""
+    """The ``celery worker`` command line for reactq's queues (by default every queue:
+    runs, tool calls, webhook deliveries)."""
     return [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
             "--pool", pool, "-c", str(concurrency), "-n", name, "-E", "-l", "INFO"]
 

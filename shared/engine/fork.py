@@ -23,7 +23,8 @@ from reactq.shared.engine.jsonx import md5_args, text_json
 from reactq.shared.engine.recorded import (
     Recorded, RecordedCall, ReplayPolicy, Reuse, if_repeated, reply_indexes, run_calls,
 )
-from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
+from reactq.shared.engine.loop import llm_observation
+from reactq.shared.engine.state import TERMINAL_STATUSES, RunState, ToolOutcome
 from reactq.shared.errors import ForkConflict, RequestError
 from reactq.shared.models import ChatMessage, Usage
 
@@ -114,12 +115,18 @@ def history_before(parent: RunState, turn: int) -> list[ChatMessage]:
 
 
 def seed_state(parent: RunState, turn: int, *, run_id: str, recorded: Recorded, edit: ForkEdit | None,
-               now: float, webhook_on_done: bool = False) -> RunState:
+               now: float, webhook_on_done: bool = False,
+               ledger: dict[str, dict[str, Any]] | None = None) -> RunState:
     """The fork's first state: the parent's history before ``turn``, its edits, and its calls
     to be answered from ``recorded``. Its first step is the fork's ``select`` step (the
-    ``fork`` event, the ``RUN_START`` guardrails), then turn ``turn``'s LLM call."""
+    ``fork`` event, the ``RUN_START`` guardrails), then turn ``turn``'s LLM call.
+    ``ledger``: the parent's ledger records; a tool result it recorded ``done`` is the
+    observation the fork sees (a stop may have answered the call otherwise in the parent's
+    history, after it ran)."""
     edit = edit or ForkEdit()
     messages = history_before(parent, turn)
+    if ledger and parent.mode == "native":
+        _recorded_observations(messages, ledger)
     if edit.tool_result is not None:
         _replace_observation(parent, messages, turn - 1, edit.tool_result)
     if edit.message is not None:
@@ -144,6 +151,13 @@ def seed_state(parent: RunState, turn: int, *, run_id: str, recorded: Recorded, 
         state.system_prompt = edit.system_prompt
     _recount(state)
     return state
+
+
+def _recorded_observations(messages: list[ChatMessage], ledger: dict[str, dict[str, Any]]) -> None:
+    for m in messages:
+        rec = ledger.get(m.tool_call_id or "") if m.role == "tool" else None
+        if rec is not None and rec.get("status") == "done" and rec.get("outcome"):
+            m.content = llm_observation(ToolOutcome.model_validate(rec["outcome"]))
 
 
 def _replace_observation(parent: RunState, messages: list[ChatMessage], turn: int, edit: ToolResultEdit) -> None:

@@ -50,6 +50,7 @@ class ToolOutcome(BaseModel):
     blocked: bool = False
     uncertain: bool = False
     crashed: bool = False  # not run again: its worker died or hung REACTQ_MAX_TASK_CRASHES times
+    unavailable: bool = False  # not run: no live worker offered the tool (REACTQ_TOOL_UNAVAILABLE_S)
     started_at: float = 0.0
     ended_at: float = 0.0
     worker: str | None = None

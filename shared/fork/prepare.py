@@ -58,7 +58,8 @@ def prepare(store: RunStore, parent_id: str, *, run_id: str, start: FromSpec = "
     state = parent_state(parent)
     turn = fork_turn(state, start)
     policy = ReplayPolicy(source_run=parent_id, from_turn=turn, reuse=reuse)
-    calls = recorded_calls(run_calls(state), ledger_records(store, parent_id), dict(idempotent), from_turn=turn)
+    records = ledger_records(store, parent_id)
+    calls = recorded_calls(run_calls(state), records, dict(idempotent), from_turn=turn)
     recorded = Recorded(policy=policy, calls=calls)
     plan = make_plan(turn, len(history_before(state, turn)), calls, policy)
     fields = dict(parent.request)
@@ -73,6 +74,6 @@ def prepare(store: RunStore, parent_id: str, *, run_id: str, start: FromSpec = "
     request = RunRequest.model_validate(fields)
     seed = seed_state(state, turn, run_id=run_id, recorded=recorded, edit=edit,
                       now=time.time() if now is None else now,
-                      webhook_on_done=webhook is not None and webhook.wants("done"))
+                      webhook_on_done=webhook is not None and webhook.wants("done"), ledger=records)
     seed.metadata.pop("_dag", None)
     return PreparedFork(parent=parent, turn=turn, plan=plan, request=request, seed=seed)

@@ -49,11 +49,14 @@ class Abilities(BaseModel):
     json_mode: StrictBool | None = None
     """The server honours ``response_format: json_object``."""
     vision: StrictBool | None = None
-    """The model reads images."""
+    """The model reads images. Shown by ``reactq models`` and ``GET /v1/models``; reactq does not
+    read it (runs send text only)."""
     streaming: StrictBool | None = None
-    """The server streams replies (the answer is then streamed delta by delta)."""
+    """The server streams replies. Shown, not read: the answer is always asked for as a stream
+    (every OpenAI-compatible server reactq was tried with streams)."""
     thinking: StrictBool | None = None
-    """The model returns its reasoning separately."""
+    """The model returns its reasoning separately. Shown, not read: a reply's
+    ``reasoning_content`` is kept whenever the server sends one."""
     tool_choice: StrictBool | None = None
     """The server honours ``tool_choice`` (assumed true when unset)."""
     # The server constrains a reply to a JSON schema given with the request (llama.cpp's

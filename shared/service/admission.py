@@ -48,7 +48,7 @@ def validate_run(stores: Stores, request: RunRequest | dict[str, Any]) -> RunReq
 
     req = request if isinstance(request, RunRequest) else RunRequest.model_validate(request)
     tools, models = stores.catalog()
-    check_run_request(req, tools=tools, models=models)
+    check_run_request(req, tools=tools + stores.own_tools(req.tools, tools), models=models)
     check_webhook(req.webhook, stores.settings)
     return req
 

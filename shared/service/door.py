@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Literal
 
+from reactq.shared.dag.state import DagState
 from reactq.shared.engine.state import TERMINAL_STATUSES, RunState
 from reactq.shared.errors import RequestError
 from reactq.shared.keys import Keys
@@ -227,3 +228,11 @@ class Door:
         if created:
             self.send(DAG_START, [did], RUNS_QUEUE)
         return did, created
+
+    def create_forked_dag(self, dag_id: str, request: dict[str, Any], state: DagState, *, tenant: str,
+                          forked_from: str) -> None:
+        """Store a DAG's fork as its first state (kept steps done, the rest to run again);
+        the DAG's driver starts it, and its failed steps' forks come in by ``create_run``."""
+        self.stores.dags.create(dag_id, request, tenant=tenant)
+        self.stores.dags.r.hset(self.stores.keys.dag(dag_id), "forked_from", forked_from)
+        self.stores.dags.commit(state, 0, [])

@@ -20,6 +20,7 @@ from reactq.shared.settings import Settings
 from reactq.shared.stores.active import ActiveRuns
 from reactq.shared.stores.approvals import ApprovalStore, approvals_of
 from reactq.shared.stores.dags import DagStore
+from reactq.shared.stores.toolsets import ToolSets
 from reactq.shared.stores.runs import RunStore
 from reactq.shared.stores.schedules import ScheduleStore
 from reactq.shared.stores.threads import ThreadStore
@@ -87,14 +88,30 @@ class Stores:
     def catalog(self) -> tuple[list[str], list[str]]:
         """(tool names, model names) for validation at the door.
 
-        Read from ``reactq:catalog``, which workers publish when they start, so the door
-        never imports tool code; before any worker has started, the same registries are
-        loaded from this process's settings instead."""
+        Read from ``reactq:catalog``, which workers publish when they start, and the tools
+        every live worker announces, so the door never imports tool code; before any worker
+        has started, the same registries are loaded from this process's settings instead."""
         tools_raw, models_raw = self.redis.hmget(self.keys.catalog, "tools", "models")
         if tools_raw and models_raw:
-            return ([t["name"] for t in json.loads(tools_raw)],
-                    [m["name"] for m in json.loads(models_raw)])
+            # Workers started with other REACTQ_TOOLS: any live worker's tool is a run's tool.
+            live = ToolSets(self.redis, self.keys).live_names()
+            names = [t["name"] for t in json.loads(tools_raw)]
+            return names + sorted(live - set(names)), [m["name"] for m in json.loads(models_raw)]
         from reactq.shared.llm.registry import load_registry
         from reactq.shared.tools.loader import default_registry
 
         return default_registry(self.settings).names(), load_registry(self.settings).list_models()
+
+    def own_tools(self, wanted: list[str] | None, known: list[str]) -> list[str]:
+        """The names this process's own ``REACTQ_TOOLS`` loads, when a run asks for a tool no
+        worker has announced yet: a script that set ``REACTQ_TOOLS`` for the worker it just
+        started may submit before that worker is up (the run waits for it:
+        ``workers/runs/handon.py``)."""
+        if not wanted or not self.settings.tools or set(wanted) <= set(known):
+            return []
+        from reactq.shared.tools.loader import default_registry
+
+        try:
+            return default_registry(self.settings).names()
+        except Exception:  # noqa: BLE001 - the catalog's refusal, naming the tool, is the answer
+            return []

@@ -179,6 +179,13 @@ class ToolRegistry:
             raise ConfigError(f"Tool '{tool.name}' is already registered")
         self._tools[tool.name] = tool
 
+    def add_missing(self, tools: Iterable[Tool]) -> None:
+        """Register the tools whose names are not known yet. The table is replaced at once, so
+        a reader in another thread sees it before or after, never half-changed."""
+        fresh = {t.name: t for t in tools if t.name not in self._tools}
+        if fresh:
+            self._tools = {**self._tools, **fresh}
+
     def get(self, name: str) -> Tool:
         try:
             return self._tools[name]

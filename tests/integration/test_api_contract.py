@@ -48,6 +48,7 @@ from reactq.shared.api import (
 from reactq.shared.api.approvals import ApprovalPage, Decided, RunApprovals
 from reactq.shared.api.errors import ERROR_CODES
 from reactq.shared.api.keys import KeyCreated, KeyList, KeyRevoked
+from reactq.shared.api.responses import OpenAIErrorResponse, ResponseObject
 from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.evals import EvalCasePage, EvalCompare, EvalCreated, EvalPage, EvalView
 from reactq.shared.api.ops import FlowModels
@@ -234,6 +235,12 @@ def test_every_route_answers_its_declared_model(api: httpx2.Client, spec: dict[s
     dash: Dashboard = check("GET", "/v1/ui/dashboard", Dashboard, 200)
     assert dash.runs >= 1 and dash.turn_seconds is not None and dash.turn_seconds.count >= 1
 
+    rq = llm.script(llm.unique("contract response"), [reply_text("r")], synthesis=reply_text("r"))
+    resp: ResponseObject = check("POST", "/v1/responses", ResponseObject, 200, json={"model": "scripted", "input": rq})
+    assert resp.status == "completed" and resp.id.startswith("resp_")
+    check("GET", "/v1/responses/{response_id}", ResponseObject, 200, f"/v1/responses/{resp.id}")
+    check("POST", "/v1/responses/{response_id}/cancel", ResponseObject, 200, f"/v1/responses/{resp.id}/cancel")
+
     every = {(m, p) for p, ops in spec["paths"].items() for m in ops}
     assert every - check.seen == set(), "routes the contract test did not call"
 
@@ -249,9 +256,28 @@ def _path(template: str, value: str) -> str:
     return re.sub(r"\{[a-z_]+\}", lambda _: value, template)
 
 
+def openai_shaped(template: str) -> bool:
+    """``/v1/responses`` answers errors as OpenAI does (the ``openai`` client parses them)."""
+    return template.startswith("/v1/responses")
+
+
+def refused(template: str) -> int:
+    """The status of a refused request (a bad id, a bad field) on ``template``."""
+    return 400 if openai_shaped(template) else 422
+
+
+def field_of(res: httpx2.Response, template: str) -> str:
+    return str(res.json()["error"]["param" if openai_shaped(template) else "field"])
+
+
 def assert_error_shape(res: httpx2.Response, spec: dict[str, Any], method: str, template: str) -> None:
     assert res.status_code >= 400, (method, template, res.status_code)
     assert res.headers["content-type"].startswith("application/json"), res.headers
+    if openai_shaped(template):
+        err = OpenAIErrorResponse.model_validate(res.json()).error
+        assert err.message and err.type, res.text[:300]
+        assert res.status_code in declared(spec, method, template), (method, template, res.status_code)
+        return
     body = ErrorResponse.model_validate(res.json())
     assert body.error.code == ERROR_CODES[res.status_code], (method, template, res.text[:300])
     assert res.status_code in declared(spec, method, template), (method, template, res.status_code, res.text[:300])
@@ -274,9 +300,9 @@ def test_the_error_corpus_answers_one_shape(api: httpx2.Client, gateway: Gateway
             if "{" in template:
                 for bad in BAD_THREAD_IDS if "{thread_id}" in template else BAD_IDS:
                     res = api.request(method, _path(template, bad), json={"content": "x"})
-                    assert res.status_code == 422, (method, template, bad, res.text[:200])
+                    assert res.status_code == refused(template), (method, template, bad, res.text[:200])
                     assert_error_shape(res, spec, method, template)
-                    assert res.json()["error"]["field"].endswith("_id")
+                    assert field_of(res, template).endswith("_id")
                     calls += 1
                 # A body every route of the id accepts (an interrupt's, or a change of nothing).
                 body = {} if method == "patch" else {"content": "x"}

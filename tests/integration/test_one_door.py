@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 import redis
 
@@ -285,13 +285,13 @@ def test_an_approval_that_approves_on_timeout_needs_the_approvals_write_scope(do
     env = worker_env(door.url, llm, **{**door.env, "REACTQ_API_TOKEN": TOKEN})
     gw = start_gateway(env, door.tmp / "gateway.log")
     try:
-        admin = httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
+        admin = httpx2.Client(base_url=gw.url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
 
-        def key(scopes: list[str]) -> httpx.Client:
+        def key(scopes: list[str]) -> httpx2.Client:
             made = admin.post("/v1/keys", json={"tenant": "acme", "scopes": scopes, "name": "door"}).json()
-            return httpx.Client(base_url=gw.url, headers={"Authorization": f"Bearer {made['key']}"}, timeout=30)
+            return httpx2.Client(base_url=gw.url, headers={"Authorization": f"Bearer {made['key']}"}, timeout=30)
 
-        writer = key(["runs:read", "runs:write", "schedules:write"])
+        writer = key(["runs:read", "runs:write", "schedules:write", "batches:write"])
         body = {"query": llm.script(llm.unique("door: approve on timeout"), [reply_text("ok")]),
                 "approval": {"tools": "all", "on_timeout": "approve"}}
         refused = writer.post("/v1/runs", json=body)
@@ -299,6 +299,8 @@ def test_an_approval_that_approves_on_timeout_needs_the_approvals_write_scope(do
         assert refused.json()["error"]["code"] == "forbidden" and "approvals:write" in refused.text
         schedule = writer.post("/v1/schedules", json={"interval_s": 60, "paused": True, "run": body})
         assert schedule.status_code == 403 and "approvals:write" in schedule.text
+        batch = writer.post("/v1/batches", json={"requests": [body]})
+        assert batch.status_code == 403 and "approvals:write" in batch.text
         assert writer.post("/v1/runs", json={**body, "approval": {"tools": "all"}}).status_code == 202
         approver = key(["runs:read", "runs:write", "approvals:write"])
         assert approver.post("/v1/runs", json=body).status_code == 202

@@ -117,3 +117,13 @@ def test_a_guardrail_sees_a_forks_edited_message() -> None:
     guard = Hook(name="words", hook_point=HookPoint.RUN_START, handler=refuse)
     state = asyncio.run(run_local(RunRequest(query="take notes"), make_deps(llm, [note], hooks=[guard]), state=seed))
     assert state.status == "failed" and "no forbidden words" in (state.error or "") and llm.calls == []
+
+
+def test_a_result_the_ledger_recorded_is_the_observation_the_fork_sees() -> None:
+    parent = _parent()
+    tool_msg = next(m for m in parent.messages if m.tool_call_id == "c2")
+    tool_msg.content = "Tool call cancelled: the run was stopped."  # what a stop answers in the history
+    policy = ReplayPolicy(source_run=parent.run_id, from_turn=3)
+    seed = seed_state(parent, 3, run_id="f", recorded=Recorded(policy=policy), edit=None, now=1.0,
+                      ledger=_ledger(parent))
+    assert next(m for m in seed.messages if m.tool_call_id == "c2").content == "noted b"

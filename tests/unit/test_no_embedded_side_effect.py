@@ -1,5 +1,6 @@
-"""The embedded Valkey starts only from the CLI's local conveniences, under a per-user data
-folder; an application that builds a Dispatcher without REACTQ_REDIS_URL gets an error."""
+"""The embedded Valkey starts only from the CLI's local conveniences and a Dispatcher built
+without REACTQ_REDIS_URL, under a per-user data folder (never the current directory); both
+attach to the one server already running there."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 
 from reactq.dispatcher.client import Dispatcher
 from reactq.shared.errors import ConfigError
-from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
 
 
@@ -27,14 +27,31 @@ def test_the_data_folder_is_per_user_not_the_current_directory(unconfigured: Pat
     assert Settings().data_dir == unconfigured / "xdg" / "reactq"
 
 
-def test_a_dispatcher_without_a_redis_url_starts_no_server_and_says_what_to_set(unconfigured: Path) -> None:
+def test_a_dispatcher_without_a_redis_url_attaches_to_the_embedded_server(unconfigured: Path) -> None:
+    from reactq.shared.redisconn import stop_embedded, with_embedded
+
     d = Dispatcher()
-    with pytest.raises(ConfigError, match="REACTQ_REDIS_URL"):
-        d.submit(RunRequest(query="hi"))
+    try:
+        url = d.settings.redis_url
+        assert url and url.startswith("redis://127.0.0.1:")
+        assert (unconfigured / "xdg" / "reactq" / "valkey.json").exists()
+        assert not (unconfigured / ".reactq").exists(), "nothing under the current directory"
+        assert d.redis.ping()
+        assert d.celery.conf.broker_url == url, "the broker too"
+        assert with_embedded(Settings()).redis_url == url, "the CLI's commands find the same server"
+        assert Dispatcher().settings.redis_url == url, "a second one attaches, it starts no other"
+    finally:
+        assert stop_embedded(d.settings.data_dir)
+
+
+def test_a_dispatcher_with_a_client_of_its_own_starts_nothing(unconfigured: Path) -> None:
+    import fakeredis
+
+    d = Dispatcher(redis_client=fakeredis.FakeRedis())
+    assert d.settings.redis_url is None
     with pytest.raises(ConfigError, match="REACTQ_REDIS_URL"):
         _ = d.celery
     assert not any(unconfigured.rglob("valkey.json")), "a server was started"
-    assert not (unconfigured / ".reactq").exists()
 
 
 def test_the_cli_local_convenience_starts_it_under_the_data_folder(unconfigured: Path, monkeypatch) -> None:

@@ -118,7 +118,7 @@ def _make_plan(ctx: DagContext, rec: DagRecord, state: DagState) -> tuple[Execut
         # The user's plan (already refused at the door if cyclic); dangling deps are pruned.
         steps, warnings = validate_steps([PlanStep(**s.model_dump()) for s in request.steps])
         return ExecutionPlan(goal=state.goal, steps=steps, warnings=warnings), Usage()
-    tools = [(t.name, t.description) for t in ctx.rt.tools
+    tools = [(t.name, t.description) for t in ctx.rt.run_tools
              if state.tools is None or t.name in state.tools]
     context = replan_context(state.history, recent=ctx.config.recent_truncation,
                              older=ctx.config.older_truncation) if state.history else None

@@ -265,9 +265,10 @@ def _uncertain_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list
 
 
 def _crashed_events(state: RunState, outcomes: dict[str, ToolOutcome]) -> list[Event]:
-    return [loop.emit(state, "error", kind="tool_crashed", tool_call_id=o.tool_call_id,
-                      tool_name=o.tool_name, message=o.error or "")
-            for o in outcomes.values() if o.crashed]
+    """A call not run: its worker died too often, or no live worker offers its tool."""
+    return [loop.emit(state, "error", kind="tool_unavailable" if o.unavailable else "tool_crashed",
+                      tool_call_id=o.tool_call_id, tool_name=o.tool_name, message=o.error or "")
+            for o in outcomes.values() if o.crashed or o.unavailable]
 
 
 def _stale(rec: RunRecord, step_no: int | None) -> bool:

@@ -32,9 +32,10 @@ from reactq.shared.stores.roundtrip import riding
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.stores.run_hash import RunRecord
+from reactq.shared.stores.toolsets import ToolSets
 from reactq.shared.wire import ANSWER, ITERATE, RUNS_QUEUE, TOOL, TOOLS_QUEUE, WEBHOOK
 from reactq.workers import faults, webhooks
-from reactq.workers.runs import drive, flow, toolcall
+from reactq.workers.runs import drive, flow, handon, toolcall
 from reactq.workers.dags import recover as dags_recover
 from reactq.workers.runs import recover as runs_recover
 from reactq.workers.runs.listeners import Send
@@ -57,6 +58,12 @@ def send(task: str, args: list[Any], queue: str) -> None:
     app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
 
 
+def send_to(task: str, args: list[Any], queue: str, countdown: float) -> None:
+    """``send`` to a queue of its own choosing, after ``countdown`` seconds (a hand-on)."""
+    options: dict[str, Any] = {"countdown": countdown} if countdown > 0 else {}
+    app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
+
+
 def _resume_step(task: Any, step_no: int | None) -> int | None:
     """A redelivered step resumes whatever is current (None), as the watchdog's resend does.
 
@@ -71,7 +78,13 @@ def _resume_step(task: Any, step_no: int | None) -> int | None:
 
 @app.task(name=ITERATE, ignore_result=True, bind=True)
 def iterate(self: Any, run_id: str, step_no: int | None = None) -> None:
-    _run_step(self, ITERATE, run_id, step_no, drive.iterate)
+    _run_step(self, ITERATE, run_id, step_no, _iterate_with_its_tools)
+
+
+def _iterate_with_its_tools(rt: Runtime, rec: RunRecord, step_no: int | None, send: Send) -> None:
+    """A step whose tools no live worker offers yet waits for one (``workers/runs/handon.py``)."""
+    if handon.tools_shown(rt, rec, step_no, send_to):
+        drive.iterate(rt, rec, step_no, send)
 
 
 @app.task(name=ANSWER, ignore_result=True, bind=True)
@@ -113,6 +126,8 @@ def tool(run_id: str, step_no: int, call_id: str, tool_name: str | None = None) 
     """``tool_name`` is only there so that Flower shows which tool a task runs."""
     flow.set_message_priority(None)
     rt = runtime()
+    if handon.handed_on(rt, run_id, step_no, call_id, tool_name, send, send_to):
+        return  # this worker lacks the tool (workers/runs/handon.py)
     member = tool_member(run_id, call_id)
     spec = [run_id, step_no, call_id, tool_name]
     faults.point("before_lease", TOOL)
@@ -156,6 +171,7 @@ def publish_catalog() -> None:
     tools = [_catalog_entry(t) for t in rt.tools]
     models = [m.model_dump(mode="json") for m in rt.models.specs()]
     rt.redis.hset(rt.keys.catalog, mapping={"tools": json.dumps(tools), "models": json.dumps(models)})
+    ToolSets(rt.redis, rt.keys).offer(tools)  # every tool offered, by name (workers/runs/handon.py)
 
 
 def _catalog_entry(t: Any) -> dict[str, Any]:
