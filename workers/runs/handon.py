@@ -18,7 +18,7 @@ A tool task whose tool this worker lacks is looked at before anything is claimed
 
 The model is shown every tool of the run whichever worker makes the LLM call: a worker keeps
 stand-ins (``reactq.shared.tools.remote``) for the tools only other live workers offer, built
-from the schemas they announced. A step whose run may use a tool that no live worker offers
+from the schemas they announced. A step whose run names a tool that no worker has announced
 yet waits for one the same way (``tools_shown``).
 """
 
@@ -90,9 +90,9 @@ def handed_on(rt: Runtime, run_id: str, step_no: int, call_id: str, tool: str | 
 
 def tools_shown(rt: Runtime, rec: RunRecord, step_no: int | None, send_to: SendTo) -> bool:
     """Can a step of ``rec`` show the model every tool the run may use? True: run it here.
-    Else the tools' worker is not up yet (a script started it and submitted at once), or is
-    being replaced: the step is looked at again every second, for up to
-    ``REACTQ_TOOL_UNAVAILABLE_S``, then runs with the tools there are."""
+    Else a tool the run asked for by name was never announced by any worker (a script
+    started its worker and submitted at once): the step is looked at again every second, for
+    up to ``REACTQ_TOOL_UNAVAILABLE_S``, then runs with the tools there are."""
     wanted = run_tool_names(rec.state) if rec.state is not None else rec.request.get("tools")
     if not wanted or rec.cancel or rec.status in TERMINAL_STATUSES:
         return True
@@ -100,7 +100,10 @@ def tools_shown(rt: Runtime, rec: RunRecord, step_no: int | None, send_to: SendT
     if set(wanted) <= shown:
         return True
     sets = ToolSets(rt.redis, rt.keys)
-    add_stand_ins(rt, sets)
+    # A tool some worker ever offered is shown from its schema (its calls wait for a worker,
+    # then answer tool_unavailable); only a tool no worker has announced yet is waited for.
+    missing = sorted(set(wanted) - shown)
+    rt.run_tools.add_missing(remote_tool(e) for e in sets.schemas(missing))
     missing = sorted(set(wanted) - set(rt.run_tools.names()))
     if not missing:
         return True
