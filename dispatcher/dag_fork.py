@@ -72,7 +72,9 @@ def fork_dag(dd: DagDispatcher, source: str) -> DagFork:
     flags = tool_flags(d)
     for step in failed:
         assert step.run_id is not None
-        prepared = prepare(d.store, step.run_id, run_id=ids[step.id], idempotent=flags,
+        # A step stopped by the DAG's cancel did not fail: it goes on from its last turn.
+        start = "last_failure" if d.store.status(step.run_id).get("status") == "failed" else "last_turn"
+        prepared = prepare(d.store, step.run_id, run_id=ids[step.id], start=start, idempotent=flags,
                            idempotency_key=f"dagfork:{new_id}:{step.id}")
         link = {"dag_id": new_id, "step_id": step.id, "round": fork.round}
         prepared.seed.metadata["_dag"] = link

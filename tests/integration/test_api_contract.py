@@ -53,6 +53,7 @@ from reactq.shared.api.schedules import ScheduleList, ScheduleView, Triggered
 from reactq.shared.api.evals import EvalCasePage, EvalCompare, EvalCreated, EvalPage, EvalView
 from reactq.shared.api.ops import FlowModels
 from reactq.shared.api.webhooks import Deliveries
+from reactq.shared.fork.models import BatchForked, DagForked, ForkCreated
 from tests.integration.conftest import worker_env
 from tests.integration.test_gateway import Gateway, read_sse, start_gateway, stop_gateway
 from tests.scripted_server import reply_text, reply_tool_calls
@@ -158,6 +159,13 @@ def test_every_route_answers_its_declared_model(api: httpx2.Client, spec: dict[s
     check("POST", "/v1/dags/{dag_id}/interrupts", ErrorResponse, 409, f"/v1/dags/{dag.dag_id}/interrupts",
           json={"content": "late"})
     check("GET", "/v1/dags/{dag_id}/events", None, 200, f"/v1/dags/{dag.dag_id}/events")
+    # Forks: a dry run of the ended run, the cancelled DAG's step run again, a batch's dry run.
+    check("POST", "/v1/runs/{run_id}/fork", ForkCreated, 200, f"/v1/runs/{rid}/fork",
+          json={"from": "last_turn", "dry_run": True})
+    # (Its step may have been stopped before its first turn, which leaves nothing to fork: 409.)
+    forked = api.post(f"/v1/dags/{dag.dag_id}/fork", json={}).status_code
+    check("POST", "/v1/dags/{dag_id}/fork", DagForked if forked == 202 else ErrorResponse,
+          forked if forked == 409 else 202, f"/v1/dags/{dag.dag_id}/fork", json={})
 
     bq = llm.script(llm.unique("contract batch"), [reply_text("b")], synthesis=reply_text("b"))
     batch: BatchCreated = check("POST", "/v1/batches", BatchCreated, 202,
@@ -170,6 +178,8 @@ def test_every_route_answers_its_declared_model(api: httpx2.Client, spec: dict[s
     _wait(api, f"/v1/batches/{batch.batch_id}", ("done", "cancelled"))
     check("POST", "/v1/batches/{batch_id}/cancel", ErrorResponse, 409, f"/v1/batches/{batch.batch_id}/cancel")
     listed: BatchPage = check("GET", "/v1/batches", BatchPage, 200, params={"status": "done", "limit": 500})
+    check("POST", "/v1/batches/{batch_id}/fork", BatchForked, 200, f"/v1/batches/{batch.batch_id}/fork",
+          json={"dry_run": True})
     assert batch.batch_id in [b.batch_id for b in listed.batches]
     running = check("POST", "/v1/batches", BatchCreated, 202,
                     json={"requests": [{"query": slow}], "concurrency": 1})
