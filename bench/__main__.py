@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import experiments, figures, inproc, recovery
+from bench import budget, experiments, figures, inproc, recovery
 from bench.cluster import Cluster, WorkerSpec
 from bench.report import Figure, Report
 from bench.runs import throughput
 from bench.script import Scenario
 from reactq.dispatcher.client import Dispatcher
 
-ALL = ("P1b", "P1", "P2", "P5", "P3", "P4", "P6", "P0")
+ALL = ("P1b", "P1", "R", "P2", "P5", "P3", "P4", "P6", "P0")
 TASKS_PER_3_TURN_RUN = 6  # iterate ×3 (turns 1, 2, 3), tool ×2, answer ×1
 
 
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Stop cleanly on SIGTERM too: leaving the `with Cluster()` block stops every process.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    wanted = [f.upper().replace("P1B", "P1b") for f in args.figures] or list(ALL)
+    wanted = [f.upper().replace("P1B", "P1b").replace("R1", "R").replace("R2", "R")
+              for f in args.figures] or list(ALL)
     unknown = [f for f in wanted if f not in ALL]
     if unknown:
         parser.error(f"unknown figure(s) {unknown}; choose from {' '.join(ALL)}")
@@ -132,12 +133,14 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
         llm = inproc.llm_call_ms(cl.llm_url)
         extra["llm_call"] = llm
     rate = 0.0  # P3's throughput (runs/s), which bounds P4
-    if {"P1", "P2", "P5", "P3"} & set(wanted):
+    if {"P1", "R", "P2", "P5", "P3"} & set(wanted):
         cl.start_workers(MAIN_SET)
         throughput(d, cl.redis(), Scenario(turns=2), 20, timeout=120)  # warm-up
         rss = [_rss_point(cl, d)]
         if "P1" in wanted:
             run.attempt("P1", lambda: report.add(figures.p1(cl, d, plan.repeats, llm)), MAIN_SET)
+        if "R" in wanted:
+            run.attempt("R1", lambda: [report.add(f) for f in budget.r_figures(cl, d)], MAIN_SET)
         if "P2" in wanted:
             run.attempt("P2", lambda: report.add(figures.p2(cl, d, plan.repeats)), MAIN_SET)
         if "P5" in wanted:

@@ -35,6 +35,9 @@ from reactq.workers.app import app
 
 _redis: redis.Redis | None = None
 
+if os.environ.get("BENCH_TASK_EVENTS") == "off":  # what Celery's task events cost (bench.budget)
+    app.conf.update(worker_send_task_events=False, task_send_sent_event=False)
+
 
 def _r() -> redis.Redis:
     global _redis
