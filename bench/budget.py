@@ -331,11 +331,11 @@ def r_figures(c: Cluster, d: Dispatcher, runs: int = RUNS) -> list[Figure]:
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.budget")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--events", choices=("on", "off"), default="on",
-                    help="Celery task events on the workers (default on, as reactq ships)")
+    ap.add_argument("--events", choices=("shipped", "on", "off"), default="shipped",
+                    help="Celery task events on the workers (default: as reactq ships them)")
     ap.add_argument("--skip-commands", action="store_true")
     opts = ap.parse_args()
-    env = {} if opts.events == "on" else {"BENCH_TASK_EVENTS": "off"}
+    env = {} if opts.events == "shipped" else {"BENCH_TASK_EVENTS": opts.events}
     out: dict[str, Any] = {"load_average": os.getloadavg(), "task_events": opts.events}
     with Cluster() as c:
         c.start_workers(WorkerSpec(count=2, pool="threads", concurrency=4, env=env))

@@ -35,8 +35,9 @@ from reactq.workers.app import app
 
 _redis: redis.Redis | None = None
 
-if os.environ.get("BENCH_TASK_EVENTS") == "off":  # what Celery's task events cost (bench.budget)
-    app.conf.update(worker_send_task_events=False, task_send_sent_event=False)
+if os.environ.get("BENCH_TASK_EVENTS") in ("on", "off"):  # what Celery's task events cost (bench.budget)
+    events = os.environ["BENCH_TASK_EVENTS"] == "on"
+    app.conf.update(worker_send_task_events=events, task_send_sent_event=events)
 
 
 def _r() -> redis.Redis:

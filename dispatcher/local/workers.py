@@ -28,7 +28,7 @@ def worker_command(*, queues: str = "reactq.runs,reactq.tools", pool: str = "thr
                    concurrency: int = 8, name: str = "reactq@%h") -> list[str]:
     """The ``celery worker`` command line for reactq's queues."""
     return [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
-            "--pool", pool, "-c", str(concurrency), "-n", name, "-E", "-l", "INFO"]
+            "--pool", pool, "-c", str(concurrency), "-n", name, "-l", "INFO"]
 
 
 def ensure_workers(settings: Settings, *, count: int = 1, concurrency: int = 8,
