@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import budget, experiments, figures, inproc, recovery
+from bench import budget, experiments, figures, inproc, recovery, rtt2
 from bench.cluster import Cluster, WorkerSpec
 from bench.report import Figure, Report
 from bench.runs import throughput
 from bench.script import Scenario
 from reactq.dispatcher.client import Dispatcher
 
-ALL = ("P1b", "P1", "R", "P2", "P5", "P3", "P4", "P6", "P0")
+ALL = ("P1b", "P1", "R", "P2", "P5", "P3", "P4", "P6", "P0", "P1-rtt2")
 TASKS_PER_3_TURN_RUN = 6  # iterate ×3 (turns 1, 2, 3), tool ×2, answer ×1
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Stop cleanly on SIGTERM too: leaving the `with Cluster()` block stops every process.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    wanted = [f.upper().replace("P1B", "P1b").replace("R1", "R").replace("R2", "R")
+    wanted = [f.upper().replace("P1B", "P1b").replace("R1", "R").replace("R2", "R").replace("RTT2", "rtt2")
               for f in args.figures] or list(ALL)
     unknown = [f for f in wanted if f not in ALL]
     if unknown:
@@ -162,12 +162,30 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
                             lambda spec=spec, pool=pool: report.add(
                                 figures.p4(cl, d, spec, n, 1.0, f"P4-{pool}-c16", p3_rate=rate)))
                 cl.flush()
+    _last(run, wanted)
+    return run.failures
+
+
+def _last(run: Runner, wanted: list[str]) -> None:
+    """P6's memory, P0's kills, then P1-rtt2 on a cluster of its own."""
+    cl, d, plan, report = run.cl, run.d, run.plan, run.report
     if "P6" in wanted:
         run.attempt("P6", lambda: [report.add(f) for f in figures.p6_memory(cl, d, plan.p6_runs, plan.p6_ttl)])
     if "P0" in wanted:
         run.attempt("P0", lambda: [report.add(f) for f in recovery.p0(cl, plan.p0_samples)])
     cl.stop_workers()
-    return run.failures
+    if "P1-rtt2" in wanted:
+        run.attempt("P1-rtt2", lambda: report.add(_p1_rtt2(plan)))
+
+
+def _p1_rtt2(plan: Plan) -> Figure:
+    """P1 and its floor on workers whose Redis is 2 ms of round trip away (``bench.rtt2``)."""
+    with rtt2.DelayedCluster() as dcl:
+        dcl.start_workers(MAIN_SET)
+        d = Dispatcher(dcl.settings())
+        throughput(d, dcl.redis(), Scenario(turns=2), 10, timeout=120)  # warm-up
+        llm = inproc.llm_call_ms(dcl.llm_url)
+        return rtt2.p1_rtt2(figures.p1(dcl, d, plan.repeats, llm), dcl)
 
 
 def _p4(run: Runner, rate: float) -> None:
