@@ -57,14 +57,17 @@ end
 # [9] turn ('' = none), [10] when the turn began ('' = unknown), [11] the interrupt cursor
 # ('' = none), [12] 1 when KEYS[5] is the due set, [13] n, [14] run member, n × (deadline,
 # member) (n = 0: the run is over, remove its member), then the ops (OPS_FN, from KEYS[6]),
-# then event triples. Returns {last published seq, the status before, created_at}, or -1
-# when stale. The run index's status sets live in other slots: the caller moves the run
+# then the pushes: a count p, then p × (key index, payload) (single server only: the broker's
+# messages of what comes next, ``LPUSH``ed when the commit wins), then event triples.
+# Returns {last published seq, the status before, created_at}, or -1 when stale. The run index's status sets live in other slots: the caller moves the run
 # between them after the commit (see RunStore.commit).
 COMMIT = PUBLISH_FN + OPS_FN + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
 if cur ~= tonumber(ARGV[1]) then return -1 end
 local n = tonumber(ARGV[13])
-local events = apply_ops(6, 15 + 2 * n, true)
+local pushes = apply_ops(6, 15 + 2 * n, true)
+local p = tonumber(ARGV[pushes])
+local events = pushes + 1 + 2 * p
 local old = redis.call('HGET', KEYS[1], 'status') or ''
 local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
@@ -86,6 +89,9 @@ local last = publish(KEYS[1], KEYS[2], ARGV[8], events)
 local ttl = tonumber(ARGV[7])
 if ttl > 0 then
   for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
+end
+for i = 0, p - 1 do
+  redis.call('LPUSH', KEYS[tonumber(ARGV[pushes + 1 + 2 * i])], ARGV[pushes + 2 + 2 * i])
 end
 return {last, old, created}
 """
