@@ -190,23 +190,27 @@ end
 # keys of the ops. ARGV: [1] call id, [2] the done record ('' = the call was already done:
 # only count it in), [3] fan-in ttl, [4] tool member, [5] run member, [6] calls in the turn,
 # [7] deadline ms, [8] the turn's step_no, [9] 1 when KEYS[4] is the due set, then the ops
-# (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"). The first
-# "done" wins (a stale worker that finishes a call another one already finished is refused);
-# then the call is counted in (``fan_in``, holding the set while calls wait for a person).
-# Returns {1 when this record won, the fan-in count, 1 when the turn is complete and current,
-# 1 when the run became ``waiting``}.
+# (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"), then a
+# push: 0, or 1, a key index and a payload (single server only: the fan-in's broker message,
+# ``LPUSH``ed once the turn's calls are all in). The first "done" wins (a stale worker that
+# finishes a call another one already finished is refused); then the call is counted in
+# (``fan_in``, holding the set while calls wait for a person). Returns {1 when this record won,
+# the fan-in count, 1 when the turn is complete and current, 1 when the run became ``waiting``}.
 CLOSE_CALL = OPS_FN + FANIN_FN + """
 local won = 0
 if ARGV[2] ~= '' then
   local cur = redis.call('HGET', KEYS[1], ARGV[1])
   if not (cur and cjson.decode(cur)['status'] == 'done') then won = 1 end
 end
-apply_ops(5, 10, won == 1)
+local push = apply_ops(5, 10, won == 1)
 if won == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 local due = false
 if ARGV[9] == '1' then due = KEYS[4] end
 local c, ready, waiting = fan_in(KEYS[2], KEYS[3], due, ARGV[1], ARGV[3], ARGV[4], ARGV[5],
                                  tonumber(ARGV[6]), ARGV[7], ARGV[8], true)
+if tonumber(ARGV[push] or '0') == 1 and c >= tonumber(ARGV[6]) then
+  redis.call('LPUSH', KEYS[tonumber(ARGV[push + 1])], ARGV[push + 2])
+end
 return {won, c, ready, waiting}
 """
 

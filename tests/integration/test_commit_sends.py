@@ -52,6 +52,20 @@ def test_a_commit_pushes_its_messages_only_when_it_wins(own_redis: str) -> None:
     assert r.lrange("bench-q", 0, -1) == [b"one"] and r.lrange("bench-q2", 0, -1) == [b"two"]
 
 
+def test_a_tool_calls_close_pushes_the_fan_in_once_the_turn_is_complete(own_redis: str) -> None:
+    from reactq.shared.stores.calls import CallLedger
+
+    r = redis.Redis.from_url(own_redis)
+    store = RunStore(r)
+    run_id = uuid.uuid4().hex
+    store.create(run_id, RunRequest(query="q").model_dump(mode="json"))
+    calls = CallLedger(store)
+    assert calls.close(run_id, 0, "c1", None, 2, push=("bench-fan-in", "early")) == (False, 1)
+    assert r.llen("bench-fan-in") == 0
+    assert calls.close(run_id, 0, "c2", None, 2, push=("bench-fan-in", "last")) == (False, 2)
+    assert r.lrange("bench-fan-in", 0, -1) == [b"last"]
+
+
 def test_a_worker_killed_right_after_its_commit_leaves_the_next_tasks_queued(
         own_redis: str, llm: LLMFixture, tmp_path: Path) -> None:
     r = redis.Redis.from_url(own_redis)
