@@ -213,21 +213,35 @@ def cpu(c: Cluster, d: Dispatcher, runs: int = 10) -> dict[str, Any]:
     """Worker and server CPU ms per turn and per 2 hops (no MONITOR)."""
     r = c.redis()
 
-    def measured(work: Any) -> tuple[float, float]:
-        w0, s0 = c.cpu_s()["workers"], _redis_cpu(r)
+    def measured(work: Any) -> tuple[float, float, float]:
+        w0, s0, t0 = c.cpu_s()["workers"], _redis_cpu(r), task_cpu(c)
         work()
-        time.sleep(0.3)
-        return c.cpu_s()["workers"] - w0, _redis_cpu(r) - s0
+        time.sleep(0.5)
+        return c.cpu_s()["workers"] - w0, _redis_cpu(r) - s0, task_cpu(c) - t0
 
     div = (LONG - SHORT) * runs
-    lw, ls = measured(lambda: _runs(d, LONG, runs))
-    sw, ss = measured(lambda: _runs(d, SHORT, runs))
-    hlw, hls = measured(lambda: _chains(d, r, 2 * LONG, runs))
-    hsw, hss = measured(lambda: _chains(d, r, 2 * SHORT, runs))
+    lw, ls, lt = measured(lambda: _runs(d, LONG, runs))
+    sw, ss, st = measured(lambda: _runs(d, SHORT, runs))
+    hlw, hls, hlt = measured(lambda: _chains(d, r, 2 * LONG, runs))
+    hsw, hss, hst = measured(lambda: _chains(d, r, 2 * SHORT, runs))
     return {"worker_cpu_ms_per_turn": round((lw - sw) * 1000 / div, 2),
+            "task_thread_cpu_ms_per_turn": round((lt - st) * 1000 / div, 3),
             "redis_cpu_ms_per_turn": round((ls - ss) * 1000 / div, 3),
             "worker_cpu_ms_per_2_hops": round((hlw - hsw) * 1000 / div, 2),
+            "task_thread_cpu_ms_per_2_hops": round((hlt - hst) * 1000 / div, 3),
             "redis_cpu_ms_per_2_hops": round((hls - hss) * 1000 / div, 3)}
+
+
+def task_cpu(c: Cluster) -> float:
+    """CPU seconds the workers' task threads have used so far (``BENCH_TASK_CPU_DIR``)."""
+    time.sleep(0.3)  # the workers write their totals every 0.2 s
+    total = 0.0
+    for path in (c.tmp / "taskcpu").glob("*.json"):
+        try:
+            total += sum(json.loads(path.read_text()).values())
+        except (OSError, ValueError):
+            pass
+    return total
 
 
 #: Owner of a profile sample: the first pattern (in this order) found anywhere on its stack
@@ -338,6 +352,8 @@ def main() -> None:
     env = {} if opts.events == "shipped" else {"BENCH_TASK_EVENTS": opts.events}
     out: dict[str, Any] = {"load_average": os.getloadavg(), "task_events": opts.events}
     with Cluster() as c:
+        (c.tmp / "taskcpu").mkdir()
+        env["BENCH_TASK_CPU_DIR"] = str(c.tmp / "taskcpu")
         c.start_workers(WorkerSpec(count=2, pool="threads", concurrency=4, env=env))
         d = Dispatcher(c.settings())
         _runs(d, 3, 3)  # warm up: imports, connections, the tool runner
