@@ -16,14 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench import experiments, figures, fork, inproc, recovery
+from bench import budget, experiments, figures, fork, inproc, recovery, rtt2
 from bench.cluster import Cluster, WorkerSpec
 from bench.report import Figure, Report
 from bench.runs import throughput
 from bench.script import Scenario
 from reactq.dispatcher.client import Dispatcher
 
-ALL = ("P1b", "P1", "P2", "P5", "P3", "P4", "P6", "P0", "P11")
+ALL = ("P1b", "P1", "R", "P2", "P5", "P3", "P4", "P6", "P0", "P11", "P1-rtt2")
 TASKS_PER_3_TURN_RUN = 6  # iterate ×3 (turns 1, 2, 3), tool ×2, answer ×1
 
 
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Stop cleanly on SIGTERM too: leaving the `with Cluster()` block stops every process.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    wanted = [f.upper().replace("P1B", "P1b") for f in args.figures] or list(ALL)
+    wanted = [f.upper().replace("P1B", "P1b").replace("R1", "R").replace("R2", "R").replace("RTT2", "rtt2")
+              for f in args.figures] or list(ALL)
     unknown = [f for f in wanted if f not in ALL]
     if unknown:
         parser.error(f"unknown figure(s) {unknown}; choose from {' '.join(ALL)}")
@@ -134,12 +135,14 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
         llm = inproc.llm_call_ms(cl.llm_url)
         extra["llm_call"] = llm
     rate = 0.0  # P3's throughput (runs/s), which bounds P4
-    if {"P1", "P2", "P5", "P3"} & set(wanted):
+    if {"P1", "R", "P2", "P5", "P3"} & set(wanted):
         cl.start_workers(MAIN_SET)
         throughput(d, cl.redis(), Scenario(turns=2), 20, timeout=120)  # warm-up
         rss = [_rss_point(cl, d)]
         if "P1" in wanted:
             run.attempt("P1", lambda: report.add(figures.p1(cl, d, plan.repeats, llm)), MAIN_SET)
+        if "R" in wanted:
+            run.attempt("R1", lambda: [report.add(f) for f in budget.r_figures(cl, d)], MAIN_SET)
         if "P2" in wanted:
             run.attempt("P2", lambda: report.add(figures.p2(cl, d, plan.repeats)), MAIN_SET)
         if "P5" in wanted:
@@ -161,6 +164,13 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
                             lambda spec=spec, pool=pool: report.add(
                                 figures.p4(cl, d, spec, n, 1.0, f"P4-{pool}-c16", p3_rate=rate)))
                 cl.flush()
+    _last(run, wanted)
+    return run.failures
+
+
+def _last(run: Runner, wanted: list[str]) -> None:
+    """P6's memory, P0's kills, P11's forks, then P1-rtt2 on a cluster of its own."""
+    cl, d, plan, report = run.cl, run.d, run.plan, run.report
     if "P6" in wanted:
         run.attempt("P6", lambda: [report.add(f) for f in figures.p6_memory(cl, d, plan.p6_runs, plan.p6_ttl)])
     if "P0" in wanted:
@@ -170,7 +180,18 @@ def _run(cl: Cluster, wanted: list[str], plan: Plan, report: Report, profile: bo
         run.attempt("P11", lambda: [report.add(f) for f in fork.p11(cl, d, plan.p11_lines)])
         cl.flush()
     cl.stop_workers()
-    return run.failures
+    if "P1-rtt2" in wanted:
+        run.attempt("P1-rtt2", lambda: report.add(_p1_rtt2(plan)))
+
+
+def _p1_rtt2(plan: Plan) -> Figure:
+    """P1 and its floor on workers whose Redis is 2 ms of round trip away (``bench.rtt2``)."""
+    with rtt2.DelayedCluster() as dcl:
+        dcl.start_workers(MAIN_SET)
+        d = Dispatcher(dcl.settings())
+        throughput(d, dcl.redis(), Scenario(turns=2), 10, timeout=120)  # warm-up
+        llm = inproc.llm_call_ms(dcl.llm_url)
+        return rtt2.p1_rtt2(figures.p1(dcl, d, plan.repeats, llm), dcl)
 
 
 def _p4(run: Runner, rate: float) -> None:

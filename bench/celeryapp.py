@@ -20,11 +20,14 @@ written after the publish so the event itself is not delayed): that is how P5 me
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from typing import Any
 
 import redis
+from celery import signals
 
 import reactq.workers.runs.tasks  # noqa: F401  (registers reactq's tasks and worker signals)
 from bench import experiments
@@ -34,6 +37,10 @@ from reactq.shared.stores.runs import RunStore
 from reactq.workers.app import app
 
 _redis: redis.Redis | None = None
+
+if os.environ.get("BENCH_TASK_EVENTS") in ("on", "off"):  # what Celery's task events cost (bench.budget)
+    events = os.environ["BENCH_TASK_EVENTS"] == "on"
+    app.conf.update(worker_send_task_events=events, task_send_sent_event=events)
 
 
 def _r() -> redis.Redis:
@@ -91,5 +98,32 @@ if os.environ.get("BENCH_RTT_DIR"):
     from bench import rtt_probe
 
     rtt_probe.install(os.environ["BENCH_RTT_DIR"])
+
+_task_cpu: dict[str, float] = {}
+_task_started = threading.local()
+
+
+def _dump_task_cpu(folder: str) -> None:
+    while True:
+        time.sleep(0.2)
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        with open(path + ".tmp", "w") as f:
+            json.dump(dict(_task_cpu), f)
+        os.replace(path + ".tmp", path)
+
+
+if os.environ.get("BENCH_TASK_CPU_DIR"):
+    # CPU time of each task's own thread (threads pool), by task name: what a step costs,
+    # unblurred by other processes on a loaded machine (bench.budget).
+    @signals.task_prerun.connect
+    def _cpu_start(**_: Any) -> None:
+        _task_started.at = time.thread_time()
+
+    @signals.task_postrun.connect
+    def _cpu_stop(task: Any = None, **_: Any) -> None:
+        name = getattr(task, "name", "?")
+        _task_cpu[name] = _task_cpu.get(name, 0.0) + time.thread_time() - getattr(_task_started, "at", 0.0)
+
+    threading.Thread(target=_dump_task_cpu, args=(os.environ["BENCH_TASK_CPU_DIR"],), daemon=True).start()
 
 experiments.apply()  # BENCH_EXPERIMENTS: patches to try on the workers (off by default)

@@ -17,6 +17,14 @@ a patch:
 * ``token_estimate``: the context guard counts ASCII characters with ``str.isascii`` /
   ``encode("ascii", "ignore")`` instead of a Python generator over every character
   (same result). reactq: ``shared/engine/context.py``.
+
+One goes the other way, to measure what reactq's own design saves against the way it was:
+
+* ``send_after_commit``: a step's successors are sent through kombu after its commit instead
+  of being pushed by the commit script (``workers/runs/step.py``: ``carried``).
+
+(``BENCH_TASK_EVENTS=on`` in the environment likewise turns Celery's task events on from the
+start, as ``-E``: ``bench.celeryapp``.)
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-NAMES = ("openai_post", "kombu_client", "token_estimate")
+NAMES = ("openai_post", "kombu_client", "token_estimate", "send_after_commit")
 
 
 def apply(names: list[str] | None = None) -> list[str]:
@@ -95,3 +103,9 @@ def _token_estimate() -> None:
 
     context.estimate_tokens = estimate_tokens
 
+
+
+def _send_after_commit() -> None:
+    from reactq.workers.runtime import Runtime
+
+    Runtime.sends_in_commit = False  # type: ignore[assignment]  # shadows the cached property

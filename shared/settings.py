@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -161,6 +161,10 @@ class Settings(BaseSettings):
     tool_unavailable_s: float = Field(30.0, ge=0)
     """A tool call whose tool no live worker offers (its worker is being replaced) waits this long
     for one, then is answered with an error (``error`` kind ``tool_unavailable``)."""
+    task_events: Literal["auto", "on", "off"] = "auto"
+    """Celery task events (what Flower shows): ``auto`` sends them while a monitor asks for them
+    (Flower asks every 5 s; they stop a minute after the last ask), ``on`` always (a monitor that
+    asks once, such as ``celery events``), ``off`` never. Workers' heartbeats go out regardless."""
     visibility_timeout: int = Field(3600, ge=10)
     """The Redis broker's visibility timeout (seconds): an unacknowledged task is redelivered after it. Recovery does not wait for it."""
     worker_alive_file: Path | None = None

@@ -103,8 +103,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        # Task events cost a bare task ≈ 30 % of its CPU: sent only while a monitor listens
+        # (``auto``: ``reactq.workers.monitoring``), or always (``on``).
+        worker_send_task_events=settings.task_events == "on",
+        task_send_sent_event=settings.task_events == "on",
         task_queues=queues(url),
         task_default_queue=RUNS_QUEUE,
         task_routes={TOOL: {"queue": TOOLS_QUEUE}, WEBHOOK: {"queue": WEBHOOKS_QUEUE}},

@@ -3,7 +3,7 @@
 * JSON only: ``accept_content=["json"]``; a pickled message is refused, not run.
 * ``task_acks_late`` + ``task_reject_on_worker_lost``: a task whose worker dies is
   delivered again. ``worker_prefetch_multiplier=1``: a worker holds no more than it runs.
-* Task events on (``worker_send_task_events``, ``task_send_sent_event``) for Flower.
+* Task events for Flower while it listens (``REACTQ_TASK_EVENTS``, ``workers/monitoring.py``).
 * Queues ``reactq.runs`` (iterate, answer, dag), ``reactq.tools`` (tool calls) and
   ``reactq.webhooks`` (webhook deliveries, ``workers/webhooks.py``).
 * ``visibility_timeout`` (``REACTQ_VISIBILITY_TIMEOUT``, default 3600 s) is deliberately
@@ -27,7 +27,7 @@ from reactq.shared.wire import celery_config
 kombufix.apply()  # a broker outage must not make the worker exit (see the module)
 
 app = Celery("reactq", include=["reactq.workers.runs.tasks", "reactq.workers.dags.tasks", "reactq.workers.otel",
-                                  "reactq.workers.alive"])
+                                  "reactq.workers.alive", "reactq.workers.monitoring"])
 _settings = Settings()
 if _settings.redis_url or _settings.broker_url:
     app.conf.update(celery_config(_settings))

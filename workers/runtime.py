@@ -25,7 +25,7 @@ from reactq.shared.hooks import HookRegistry
 from reactq.shared.keys import Keys
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.registry import ModelRegistry, load_registry
-from reactq.shared.redisconn import client as redis_client
+from reactq.shared.redisconn import broker_url, client as redis_client, is_cluster
 from reactq.shared.settings import EngineConfig, Settings
 from reactq.shared.stores.calls import CallLedger
 from reactq.shared.stores.flow import FlowLimiter
@@ -76,6 +76,15 @@ class Runtime:
             app.send_task(task, args=args, queue=queue, argsrepr=repr(args), kwargsrepr="{}", **options)
 
         return Door(self.stores, send)
+
+    @cached_property
+    def sends_in_commit(self) -> bool:
+        """Whether a step's commit pushes the broker messages of what comes next itself
+        (``workers/runs/step.py``): the broker is this very Redis server (no
+        ``REACTQ_BROKER_URL``), one server, not a cluster."""
+        s = self.settings
+        return (not s.broker_url and not s.redis_cluster and not is_cluster(self.redis)
+                and broker_url(s).startswith(("redis://", "rediss://")))
 
     @cached_property
     def calls(self) -> CallLedger:

@@ -31,7 +31,7 @@ def worker_command(*, queues: str = DEFAULT_QUEUES, pool: str = "threads",
     """The ``celery worker`` command line for reactq's queues (by default every queue:
     runs, tool calls, webhook deliveries)."""
     return [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
-            "--pool", pool, "-c", str(concurrency), "-n", name, "-E", "-l", "INFO"]
+            "--pool", pool, "-c", str(concurrency), "-n", name, "-l", "INFO"]
 
 
 def ensure_workers(settings: Settings, *, count: int = 1, concurrency: int = 8,

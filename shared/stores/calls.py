@@ -66,13 +66,16 @@ class CallLedger:
 
     def close(self, run_id: str, step_no: int, call_id: str, outcome: ToolOutcome | None, calls: int,
               *, ops: list[Op] | None = None, then: list[Op] | None = None,
-              first: list[Op] | None = None) -> tuple[bool, int]:
+              first: list[Op] | None = None, push: tuple[str, str] | None = None) -> tuple[bool, int]:
         """Record ``outcome`` (None: already done) and count the call in. Returns (whether
         this outcome was recorded, how many of the turn's ``calls`` are in). ``ops`` go with
         a recorded outcome; ``then`` in the same round trip (on a cluster: after it), ``first``
-        before it (the call's live ``iteration done``, ``callevents``). A run
-        left ``waiting`` by the close (the rest of its turn waits for a person) is moved in
-        the run index."""
+        before it (the call's live ``iteration done``, ``callevents``). ``push`` (list key,
+        payload: the fan-in's broker message, on one server that is also the broker) is
+        ``LPUSH``ed by the close's script once all ``calls`` are in. A run left ``waiting`` by
+        the close (the rest of its turn waits for a person) is moved in the run index."""
+        if push is not None and self.cluster:
+            raise ValueError("a close on a Redis Cluster cannot carry a broker message")
         store, cluster = self.store, self.cluster
         record = "" if outcome is None else dumps(
             {"status": "done", "step_no": step_no, "outcome": outcome.model_dump(mode="json")})
@@ -84,6 +87,9 @@ class CallLedger:
         args = [call_id, record, max(store.ttl, 3600), tool_member(run_id, call_id), run_member(run_id),
                 calls, deadline, step_no, "0" if cluster else "1", *op_args]
         before = first or []
+        if push is not None:
+            keys.append(push[0])
+            args += [1, len(keys), push[1]]
         if not cluster:
             replies = execute(store.r, [*before, Op.call(self._close, keys, args), *(then or [])])
             failed(replies[:len(before)] + replies[len(before) + 1:])

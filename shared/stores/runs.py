@@ -238,13 +238,17 @@ class RunStore:
 
     def commit(self, run_id: str, state: RunState, expected_step_no: int, events: list[Event], *,
                turn_began: float | None = None, ops: list[Op] | None = None,
-               then: list[Op] | None = None) -> bool:
+               then: list[Op] | None = None, pushes: list[tuple[str, str]] | None = None) -> bool:
         """Save ``state`` (step_no + 1) and publish ``events`` atomically; False if stale.
 
         ``ops`` (hash writes: the step's metrics) are applied only when the commit wins, in
         its script on one server, right after it on a cluster. ``then`` goes out in the same
         round trip after the commit whatever its outcome (the lease hand-off, deferred
-        writes); on a cluster it follows in a round trip of its own."""
+        writes); on a cluster it follows in a round trip of its own. ``pushes`` (list key,
+        payload: the broker's messages of what comes next, on one server whose Redis is also
+        the broker) are ``LPUSH``ed by the commit's script when it wins, never otherwise."""
+        if pushes and self._cluster:
+            raise ValueError("a commit on a Redis Cluster cannot carry broker messages")
         state.step_no = expected_step_no + 1
         nxt = next_step(state)
         done = nxt.result if isinstance(nxt, Done) else None
@@ -260,7 +264,11 @@ class RunStore:
         op_keys, op_args = inline_ops([] if self._cluster else ops or [])
         if not self._cluster:
             keys += [self.keys.due, *op_keys]
-        args += due + op_args + triples(events)
+        push_args: list[Any] = [len(pushes or [])]
+        for list_key, payload in pushes or []:
+            keys.append(list_key)
+            push_args += [len(keys), payload]
+        args += due + op_args + push_args + triples(events)
         if self._cluster:
             out = self._commit(keys=keys, args=args)
         else:

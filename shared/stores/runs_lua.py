@@ -57,14 +57,17 @@ end
 # [9] turn ('' = none), [10] when the turn began ('' = unknown), [11] the interrupt cursor
 # ('' = none), [12] 1 when KEYS[5] is the due set, [13] n, [14] run member, n × (deadline,
 # member) (n = 0: the run is over, remove its member), then the ops (OPS_FN, from KEYS[6]),
-# then event triples. Returns {last published seq, the status before, created_at}, or -1
-# when stale. The run index's status sets live in other slots: the caller moves the run
+# then the pushes: a count p, then p × (key index, payload) (single server only: the broker's
+# messages of what comes next, ``LPUSH``ed when the commit wins), then event triples.
+# Returns {last published seq, the status before, created_at}, or -1 when stale. The run index's status sets live in other slots: the caller moves the run
 # between them after the commit (see RunStore.commit).
 COMMIT = PUBLISH_FN + OPS_FN + """
 local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
 if cur ~= tonumber(ARGV[1]) then return -1 end
 local n = tonumber(ARGV[13])
-local events = apply_ops(6, 15 + 2 * n, true)
+local pushes = apply_ops(6, 15 + 2 * n, true)
+local p = tonumber(ARGV[pushes])
+local events = pushes + 1 + 2 * p
 local old = redis.call('HGET', KEYS[1], 'status') or ''
 local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
 redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
@@ -86,6 +89,9 @@ local last = publish(KEYS[1], KEYS[2], ARGV[8], events)
 local ttl = tonumber(ARGV[7])
 if ttl > 0 then
   for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end
+end
+for i = 0, p - 1 do
+  redis.call('LPUSH', KEYS[tonumber(ARGV[pushes + 1 + 2 * i])], ARGV[pushes + 2 + 2 * i])
 end
 return {last, old, created}
 """
@@ -184,23 +190,27 @@ end
 # keys of the ops. ARGV: [1] call id, [2] the done record ('' = the call was already done:
 # only count it in), [3] fan-in ttl, [4] tool member, [5] run member, [6] calls in the turn,
 # [7] deadline ms, [8] the turn's step_no, [9] 1 when KEYS[4] is the due set, then the ops
-# (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"). The first
-# "done" wins (a stale worker that finishes a call another one already finished is refused);
-# then the call is counted in (``fan_in``, holding the set while calls wait for a person).
-# Returns {1 when this record won, the fan-in count, 1 when the turn is complete and current,
-# 1 when the run became ``waiting``}.
+# (OPS_FN, from KEYS[5]: applied only when this record is the call's first "done"), then a
+# push: 0, or 1, a key index and a payload (single server only: the fan-in's broker message,
+# ``LPUSH``ed once the turn's calls are all in). The first "done" wins (a stale worker that
+# finishes a call another one already finished is refused); then the call is counted in
+# (``fan_in``, holding the set while calls wait for a person). Returns {1 when this record won,
+# the fan-in count, 1 when the turn is complete and current, 1 when the run became ``waiting``}.
 CLOSE_CALL = OPS_FN + FANIN_FN + """
 local won = 0
 if ARGV[2] ~= '' then
   local cur = redis.call('HGET', KEYS[1], ARGV[1])
   if not (cur and cjson.decode(cur)['status'] == 'done') then won = 1 end
 end
-apply_ops(5, 10, won == 1)
+local push = apply_ops(5, 10, won == 1)
 if won == 1 then redis.call('HSET', KEYS[1], ARGV[1], ARGV[2]) end
 local due = false
 if ARGV[9] == '1' then due = KEYS[4] end
 local c, ready, waiting = fan_in(KEYS[2], KEYS[3], due, ARGV[1], ARGV[3], ARGV[4], ARGV[5],
                                  tonumber(ARGV[6]), ARGV[7], ARGV[8], true)
+if tonumber(ARGV[push] or '0') == 1 and c >= tonumber(ARGV[6]) then
+  redis.call('LPUSH', KEYS[tonumber(ARGV[push + 1])], ARGV[push + 2])
+end
 return {won, c, ready, waiting}
 """
 

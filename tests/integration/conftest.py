@@ -327,12 +327,12 @@ class WorkerFactory:
         self.started: list[Worker] = []
 
     def start(self, name: str | None = None, *, queues: str = "reactq.runs,reactq.tools",
-              concurrency: int = 4, wait: bool = True, **env: str) -> Worker:
+              concurrency: int = 4, wait: bool = True, task_events: bool = True, **env: str) -> Worker:
         name = name or f"w{len(self.started) + 1}-{uuid.uuid4().hex[:4]}"
         log = self.tmp / f"{name}.log"
         cmd = [sys.executable, "-m", "celery", "-A", "reactq.workers.app", "worker", "-Q", queues,
                "--pool", "threads", "-c", str(concurrency), "-n", f"{name}@%h",
-               "--without-mingle", "--without-gossip", "-E", "-l", "INFO"]
+               "--without-mingle", "--without-gossip", *(["-E"] if task_events else []), "-l", "INFO"]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(self.redis_url, self.llm, **{**self.env, **env}),
                                 stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
         worker = Worker(name, proc, log)

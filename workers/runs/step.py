@@ -25,6 +25,7 @@ from reactq.shared.engine.recorded import ReplayPolicy
 from reactq.shared.inprocess import new_state
 from reactq.shared.stores.recorded import load_recorded
 from reactq.shared.requests import RunRequest
+from reactq.shared import transport
 from reactq.shared.stores.roundtrip import take
 from reactq.shared.stores.run_hash import RunRecord
 from reactq.shared.webhooks import webhook_id
@@ -108,17 +109,37 @@ def commit(step: Step, adv: Advance, *, chain: bool = False, early: list[Event] 
     itself (``chain``: selection and LLM turns); False otherwise, or when the step was stale.
     A step after which this task only sends the next task (tools, the synthesis) or nothing
     (a run that ends with no end-of-run listener to tell, nor a wait) hands its lease over in the
-    commit's round trip: the commit's due record covers the sends."""
+    commit's round trip: the commit's due record covers the sends. When the broker is the
+    run's Redis server, the commit pushes those tasks' messages itself (``carried``)."""
     state = step.state
     handoff = isinstance(adv.next, RunTools | Answer) or (
         isinstance(adv.next, Done) and state.rate_limited_since is None and not listeners.wanted(state))
-    return save(step, adv, handoff=handoff, early=early) and enqueue(step, adv.next, chain=chain)
+    pushes = carried(step, adv.next, chain=chain)
+    if not save(step, adv, handoff=handoff, early=early, pushes=pushes):
+        return False
+    return pushes is None and enqueue(step, adv.next, chain=chain)
 
 
-def save(step: Step, adv: Advance, *, handoff: bool = False, early: list[Event] | None = None) -> bool:
+def carried(step: Step, nxt: Next, *, chain: bool) -> list[tuple[str, str]] | None:
+    """The broker messages of the tasks ``nxt`` needs, built (by Celery and kombu, as a send
+    builds them) for the commit to push in its own script: sent if and only if the commit wins,
+    with no window between the two. None: sent after the commit (``enqueue``), because the
+    broker is elsewhere (RabbitMQ, another Redis, a cluster), the task goes on itself
+    (``chain``), or the run ends (its listeners are told after the commit)."""
+    if not step.rt.sends_in_commit or isinstance(nxt, Done) or (chain and isinstance(nxt, SelectTools | CallLLM)):
+        return None
+    step.state.step_no = step.step_no + 1  # the step the messages name: the commit's (RunStore.commit)
+    with transport.captured() as pushes:
+        enqueue(step, nxt, chain=False)
+    return pushes
+
+
+def save(step: Step, adv: Advance, *, handoff: bool = False, early: list[Event] | None = None,
+         pushes: list[tuple[str, str]] | None = None) -> bool:
     """Commit the step (compare-and-set on ``step_no``) with its metrics, the lease's release
-    (``handoff``), the step's deferred writes and ``early``, live events of the next step
-    (published, not part of the saved state), in one round trip; False when it was stale."""
+    (``handoff``), the step's deferred writes, ``early``, live events of the next step
+    (published, not part of the saved state), and ``pushes`` (``carried``) in one round trip;
+    False when it was stale."""
     rt, state = step.rt, step.state
     turn_began = step.loaded.turn_began if step.loaded is not None else None
     ops = metrics.commit_ops(rt.recorder, state, step.step_no, adv, step.began, turn_began)
@@ -127,7 +148,7 @@ def save(step: Step, adv: Advance, *, handoff: bool = False, early: list[Event] 
     if state.webhook_on_done and isinstance(adv.next, Done):  # in the commit's round trip
         then.append(webhooks.store(rt).arm_op(webhook_id("run", state.run_id)))
     if not rt.store.commit(state.run_id, state, step.step_no, adv.events + (early or []), ops=ops, then=then,
-                           turn_began=step.began if isinstance(adv.next, RunTools) else None):
+                           turn_began=step.began if isinstance(adv.next, RunTools) else None, pushes=pushes):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step.step_no)
         return False
     faults.point("after_commit")

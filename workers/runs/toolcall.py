@@ -13,6 +13,7 @@ import logging
 import uuid
 from typing import Any
 
+from reactq.shared import transport
 from reactq.shared.stores.due import tool_member
 from reactq.shared.stores.calls import OpenedCall
 from reactq.shared.engine.state import ToolOutcome
@@ -56,13 +57,26 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
     # Whatever follows the close is a send, covered by the due record the close writes: the
     # lease goes with it.
     release = rt.leases.handoff()
+    carried = _fan_in_carried(rt, run_id, step_no, send) if len(calls) == 1 else None
     won, counted = rt.calls.close(run_id, step_no, call_id, outcome, len(calls),
                                   ops=metrics.record_tool(rt.recorder, outcome) if outcome else [],
-                                  then=([release] if release is not None else []) + take(), first=first)
+                                  then=([release] if release is not None else []) + take(), first=first,
+                                  push=carried[0] if carried else None)
     if outcome is not None and not won:  # another worker finished it while this one was cut off
         log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
-    if counted >= len(calls):
+    if counted >= len(calls) and carried is None:
         send(ITERATE, [run_id, step_no], RUNS)
+
+
+def _fan_in_carried(rt: Runtime, run_id: str, step_no: int, send: Send) -> list[tuple[str, str]] | None:
+    """The fan-in's broker message, built for the close to push itself (``step.carried``), for a
+    turn of one call, whose close is sure to complete it. None: sent after the close (another
+    broker, a cluster; a turn of several calls, whose last call to close sends it)."""
+    if not rt.sends_in_commit:
+        return None
+    with transport.captured() as pushes:
+        send(ITERATE, [run_id, step_no], RUNS)
+    return pushes
 
 
 def turn_call(turn: dict[str, Any] | None, call_id: str) -> ToolCallRequest | None:
