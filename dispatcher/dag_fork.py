@@ -18,6 +18,7 @@ from reactq.dispatcher.fork import tool_flags
 from reactq.dispatcher.fork import create_fork_run
 from reactq.shared.dag.state import DagState, StepState
 from reactq.shared.errors import ForkConflict
+from reactq.shared.fork.models import FromSpec
 from reactq.shared.fork.prepare import prepare
 from reactq.shared.observe.metrics_schema import label_field
 from reactq.shared.models import Usage
@@ -73,7 +74,7 @@ def fork_dag(dd: DagDispatcher, source: str) -> DagFork:
     for step in failed:
         assert step.run_id is not None
         # A step stopped by the DAG's cancel did not fail: it goes on from its last turn.
-        start = "last_failure" if d.store.status(step.run_id).get("status") == "failed" else "last_turn"
+        start: FromSpec = "last_failure" if d.store.status(step.run_id).get("status") == "failed" else "last_turn"
         prepared = prepare(d.store, step.run_id, run_id=ids[step.id], start=start, idempotent=flags,
                            idempotency_key=f"dagfork:{new_id}:{step.id}")
         link = {"dag_id": new_id, "step_id": step.id, "round": fork.round}
