@@ -51,7 +51,7 @@ def test_the_examples_of_docs_client_md_run_as_written(gateway, redis_url, tmp_p
     outputs = [run_block(code, gateway, redis_url, tmp_path) for code in blocks]
     sync, aio, errors, dispatcher = outputs
     lines = sync.splitlines()
-    assert re.fullmatch(r"created [0-9a-f]{32} (queued|running)", lines[0])
+    assert re.fullmatch(r"created [0-9a-f]{32} (queued|running|succeeded)", lines[0])  # a fast run may have ended
     assert lines[1] == ANSWER and lines[2] == f"succeeded - {ANSWER}"
     assert lines[3] == f"['{lines[0].split()[1]}']"  # the newest succeeded run is this one
     assert aio.strip() == f"async succeeded - {ANSWER}"

@@ -88,9 +88,8 @@ async def test_the_example_tools_and_hooks_work_together_in_a_run(workdir, monke
     ], repeat_last=True, abilities={"tool_call": True})
     out = await run(llm, TOOLS, hooks=HOOKS, metadata={"org": "acme-uk"}, completion_check=False)
     # The engine may rename call ids (they must be unique per run): match on the arguments.
-    started = {d["tool_call_id"]: d["tool_args"] for d in out.of("step", type="iteration", status="start")}
-    done = {started[d["tool_call_id"]].get("customer", "quote"): d
-            for d in out.of("step", type="iteration", status="done")}
+    # A call a hook refused before it ran has no ``iteration start``: key each done by its own arguments.
+    done = {d["tool_args"].get("customer", "quote"): d for d in out.of("step", type="iteration", status="done")}
     assert done["Bob"]["error"] == "Invoices over 1000 need approval (asked: 5000.0)"
     assert done["Ann"]["observation"] == "invoice sent to Ann: 20.00 GBP"
     assert done["quote"]["observation"] == "ACME: 123.45 EUR (delayed 15 min)"
