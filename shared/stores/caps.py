@@ -75,9 +75,12 @@ class CapLedger:
     def settle(self, caps: DollarCaps, *, tenant: str, member: str, run_id: str | None, cost: float) -> None:
         """After a call: what it cost in the run's dollars, its batch's and its tenant's day
         (the holds released), deferred to the step's next round trip."""
-        ops = [self.tenants.settle_op(tenant, member, cost)]
+        # A call that cost nothing and held nothing in the tenant's day has nothing to settle
+        # there (only a tenant with a daily cap holds: ``hold``).
+        ops = [self.tenants.settle_op(tenant, member, cost)] if cost or caps.tenant_day_usd is not None else []
         if caps.batch is not None:
             ops.append(self.batches.settle_op(caps.batch[0], member, cost))
         if cost and run_id:
             ops.append(cost_op(self.keys, run_id, cost))
-        defer(self.r, ops)
+        if ops:
+            defer(self.r, ops)

@@ -22,6 +22,10 @@ A call that would start more than ``horizon`` from now is not admitted: it gets 
 so interactive runs take capacity first. A waiter that does not come back within its
 wait + ``grace`` loses its place (it crashed or was cancelled). A provider 429 / 503 with
 ``Retry-After`` calls ``pause``: nobody is admitted for that model until then.
+
+A model without limits is admitted on one read, its pause (no script, nothing reserved), and
+its settle only adds the call to the last minute's use; the script runs for it only while a
+pause is set, and the admission that finds the pause over and nobody waiting removes it.
 """
 
 from __future__ import annotations
@@ -103,6 +107,11 @@ if maxc > 0 then redis.call('ZADD', KEYS[2], start + lease, callid) end
 redis.call('ZREM', line, member)
 redis.call('HDEL', KEYS[1], 'dl:' .. member)
 redis.call('HINCRBY', KEYS[1], 'reserved', est)
+-- a pause that is over, with nobody left waiting behind it, goes: the calls of a model
+-- without limits then pass on the pause's read alone (``FlowLimiter.acquire``)
+if pause ~= 0 and redis.call('ZCARD', KEYS[3]) + redis.call('ZCARD', KEYS[4]) == 0 then
+  redis.call('HDEL', KEYS[1], 'pause')
+end
 return {1, math.floor(start - now), 'ok', est}
 """
 
@@ -168,6 +177,9 @@ class Ticket:
     start_in: float
     estimate: int = 0
     """The caller's own estimate (before the learnt scaling)."""
+    free: bool = False
+    """Admitted on the pause's read alone (a model without limits): nothing was reserved,
+    so its settle only records the call in the last minute's use."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +204,7 @@ class FlowLimiter:
         self._acquire = client.register_script(_ACQUIRE)
         self._settle = client.register_script(_SETTLE)
         self._pause = client.register_script(_PAUSE)
+        self._trimmed: dict[str, float] = {}  # model → when this process last trimmed its window
 
     def _keys(self, model: str) -> list[str]:
         return [self.keys.flow(model), self.keys.flow_inflight(model),
@@ -201,6 +214,10 @@ class FlowLimiter:
                 tokens: int) -> Ticket | Denied:
         """Admit one call of ``tokens`` estimated tokens, or say how long to wait."""
         call_id = uuid.uuid4().hex
+        if not limits.any:
+            free = self._acquire_free(model, call_id, max(1, tokens))
+            if free is not None:
+                return free
         riv = 60000.0 / limits.rpm if limits.rpm else 0.0
         tiv = 60000.0 / limits.tpm if limits.tpm else 0.0
         raw = max(1, tokens)
@@ -222,6 +239,17 @@ class FlowLimiter:
                           estimate=raw)
         return Denied(model=model, wait_s=int(ms) / 1000, reason=reason)
 
+    def _acquire_free(self, model: str, call_id: str, tokens: int) -> Ticket | None:
+        """A model without limits has nothing to count before a call: it waits only while a
+        provider's pause is in force, and that is one field to read (one command instead of the
+        admission script). ``None`` while a pause is set: the script decides (a wait and a place
+        in the line, or the admission that clears a pause that is over)."""
+        replies = execute(self.r, [*take(), Op(("HGET", self.keys.flow(model), "pause"))])
+        failed(replies[:-1])
+        if checked(replies[-1]) is not None:
+            return None
+        return Ticket(model=model, call_id=call_id, reserved=tokens, start_in=0.0, estimate=tokens, free=True)
+
     def settle(self, ticket: Ticket, limits: Limits, actual_tokens: int, *, learn: bool = True,
                later: bool = False) -> None:
         """The call ended: free its slot, correct the token reservation by what it used
@@ -230,6 +258,9 @@ class FlowLimiter:
         ``later``: with the running step's next round trip (``shared/stores/roundtrip.py``) — its
         read right after the call, or the next admission, which sends it first, so a step's
         next call never waits on its own last one; at once outside a step."""
+        if ticket.free:
+            self._settle_free(ticket, actual_tokens, later)
+            return
         tiv = 60000.0 / limits.tpm if limits.tpm else 0.0
         op = Op.call(self._settle, [self.keys.flow(ticket.model), self.keys.flow_inflight(ticket.model),
                                     self.keys.flow_window(ticket.model)],
@@ -239,6 +270,25 @@ class FlowLimiter:
             defer(self.r, [op])
         else:
             op.run(self.r)
+
+    def _settle_free(self, ticket: Ticket, actual_tokens: int, later: bool) -> None:
+        """A call admitted without limits: into the last minute's use (``usage``) when it was
+        made (an unused ticket leaves no trace). The window is trimmed, and its expiry renewed,
+        on a process's first call of a model and then at most every ``_TRIM_EVERY_S``: ``usage``
+        reads only the last minute, and the key outlives the last call by at least
+        ``_WINDOW_TTL_MS - _TRIM_EVERY_S``."""
+        if actual_tokens <= 0:
+            return
+        now = _now_ms()
+        window = self.keys.flow_window(ticket.model)
+        ops = [Op(("ZADD", window, now, f"{ticket.call_id}:{actual_tokens}"))]
+        if now - self._trimmed.get(ticket.model, 0.0) > _TRIM_EVERY_S * 1000:
+            self._trimmed[ticket.model] = now
+            ops += [Op(("ZREMRANGEBYSCORE", window, "-inf", now - 60000)), Op(("PEXPIRE", window, _WINDOW_TTL_MS))]
+        if later:
+            defer(self.r, ops)
+        else:
+            failed(execute(self.r, ops))
 
     def pause(self, model: str, seconds: float) -> None:
         """Stop admitting calls to ``model`` for ``seconds`` (a provider's Retry-After)."""
@@ -259,6 +309,11 @@ class FlowLimiter:
                 "reserved_tokens": int(reserved or 0),
                 "waiting": {"interactive": int(wi), "batch": int(wb)},
                 "paused_for_s": round(max(0.0, (float(pause or 0) - now) / 1000), 3)}
+
+
+# The last minute's use of a model without limits (``_settle_free``).
+_TRIM_EVERY_S = 10.0
+_WINDOW_TTL_MS = 120000
 
 
 def _now_ms() -> float:

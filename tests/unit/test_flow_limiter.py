@@ -94,6 +94,48 @@ def test_pause_stops_everyone_until_it_ends(lim: FlowLimiter, clock: Clock) -> N
     assert isinstance(lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1), Ticket)
 
 
+class Counting(fakeredis.FakeRedis):
+    """Counts the commands and script calls sent (each ``EVAL``/``EVALSHA`` is one)."""
+
+    sent: list[str]
+
+    def execute_command(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.sent.append(str(args[0]).upper())
+        return super().execute_command(*args, **kwargs)
+
+
+def test_a_model_without_limits_is_admitted_on_one_read_and_settles_into_its_use(clock: Clock) -> None:
+    r = Counting()
+    r.sent = []
+    lim = FlowLimiter(r, Keys("t:"), horizon_s=0.5, grace_s=5)
+    got = lim.acquire("m", Limits(), member="a", priority="interactive", tokens=40)
+    assert isinstance(got, Ticket) and got.free and got.start_in == 0
+    assert r.sent == ["HGET"]  # the pause, nothing written
+    lim.settle(got, Limits(), 33)
+    unused = lim.acquire("m", Limits(), member="b", priority="batch", tokens=40)
+    assert isinstance(unused, Ticket)
+    lim.settle(unused, Limits(), 0, learn=False)  # given back unused: leaves no trace
+    use = lim.usage("m")
+    assert (use["rpm_used"], use["tpm_used"], use["reserved_tokens"], use["in_flight"]) == (1, 33, 0, 0)
+    assert 0 < r.ttl(Keys("t:").flow_window("m")) <= 120
+
+
+def test_a_pause_over_with_nobody_waiting_is_cleared_and_the_fast_admission_returns(
+        lim: FlowLimiter, clock: Clock) -> None:
+    lim.pause("m", 1.0)
+    assert isinstance(lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1), Denied)
+    assert isinstance(lim.acquire("m", Limits(), member="b", priority="batch", tokens=1), Denied)
+    clock.advance(1.1)
+    first = lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1)
+    assert isinstance(first, Ticket) and not first.free  # "b" still waits: the pause stays
+    second = lim.acquire("m", Limits(), member="b", priority="batch", tokens=1)
+    assert isinstance(second, Ticket) and not second.free  # the last waiter clears it
+    third = lim.acquire("m", Limits(), member="c", priority="interactive", tokens=1)
+    assert isinstance(third, Ticket) and third.free
+    lim.pause("m", 1.0)  # a new 429 stops the fast admission again
+    assert isinstance(lim.acquire("m", Limits(), member="c", priority="interactive", tokens=1), Denied)
+
+
 def test_waiters_keep_their_place_and_interactive_goes_first(lim: FlowLimiter, clock: Clock) -> None:
     limits = Limits(rpm=60)  # one a second; horizon 0.5 s ⇒ one admitted at a time
     assert isinstance(lim.acquire("m", limits, member="first", priority="batch", tokens=1), Ticket)
