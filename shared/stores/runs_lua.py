@@ -62,22 +62,25 @@ end
 # Returns {last published seq, the status before, created_at}, or -1 when stale. The run index's status sets live in other slots: the caller moves the run
 # between them after the commit (see RunStore.commit).
 COMMIT = PUBLISH_FN + OPS_FN + """
-local cur = tonumber(redis.call('HGET', KEYS[1], 'step_no') or '-1')
-if cur ~= tonumber(ARGV[1]) then return -1 end
+-- one read and one write of the run hash: every command counts on the hot path
+local cur = redis.call('HMGET', KEYS[1], 'step_no', 'status', 'created_at', 'pub_seq', 'turn')
+if tonumber(cur[1] or '-1') ~= tonumber(ARGV[1]) then return -1 end
 local n = tonumber(ARGV[13])
 local pushes = apply_ops(6, 15 + 2 * n, true)
 local p = tonumber(ARGV[pushes])
 local events = pushes + 1 + 2 * p
-local old = redis.call('HGET', KEYS[1], 'status') or ''
-local created = redis.call('HGET', KEYS[1], 'created_at') or ARGV[6]
-redis.call('HSET', KEYS[1], 'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6])
-if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'result', ARGV[5]) end
+local old = cur[2] or ''
+local created = cur[3] or ARGV[6]
+local last = append(KEYS[2], ARGV[8], events, tonumber(cur[4] or '0'))
+local f = {'state', ARGV[2], 'step_no', ARGV[3], 'status', ARGV[4], 'updated_at', ARGV[6], 'pub_seq', last}
+if ARGV[5] ~= '' then table.insert(f, 'result') table.insert(f, ARGV[5]) end
 if ARGV[9] ~= '' then
-  redis.call('HSET', KEYS[1], 'turn', ARGV[9], 'turn_began', ARGV[10])
-else
+  for _, v in ipairs({'turn', ARGV[9], 'turn_began', ARGV[10]}) do table.insert(f, v) end
+elseif cur[5] then
   redis.call('HDEL', KEYS[1], 'turn', 'turn_began')
 end
-if ARGV[11] ~= '' then redis.call('HSET', KEYS[1], 'icursor', ARGV[11]) end
+if ARGV[11] ~= '' then table.insert(f, 'icursor') table.insert(f, ARGV[11]) end
+redis.call('HSET', KEYS[1], unpack(f))
 if ARGV[12] == '1' then
   if n == 0 then
     redis.call('ZREM', KEYS[5], ARGV[14])
@@ -85,7 +88,6 @@ if ARGV[12] == '1' then
     redis.call('ZADD', KEYS[5], unpack(ARGV, 15, 14 + 2 * n))
   end
 end
-local last = publish(KEYS[1], KEYS[2], ARGV[8], events)
 local ttl = tonumber(ARGV[7])
 if ttl > 0 then
   for k = 1, 4 do redis.call('EXPIRE', KEYS[k], ttl) end

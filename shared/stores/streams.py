@@ -19,9 +19,11 @@ from reactq.shared.events import Event, dumps
 #: ARGV from index ``first`` on to ``stream`` (capped near ``maxlen``), skipping seqs that
 #: ``hash``'s ``pub_seq`` already covers; returns the new ``pub_seq``. Prepend it to a
 #: script's body (the run and DAG commit scripts publish with the same code).
+#: ``append(stream, maxlen, first, last)``: the event triples from ``ARGV[first]`` whose seq is
+#: above ``last`` (the hash's ``pub_seq``) go on the stream; returns the new ``pub_seq`` (the
+#: caller writes it). ``publish`` reads and writes ``pub_seq`` itself.
 PUBLISH_FN = """
-local function publish(hash, stream, maxlen, first)
-  local last = tonumber(redis.call('HGET', hash, 'pub_seq') or '0')
+local function append(stream, maxlen, first, last)
   for i = first, #ARGV, 3 do
     local seq = tonumber(ARGV[i])
     if seq > last then
@@ -29,6 +31,10 @@ local function publish(hash, stream, maxlen, first)
       last = seq
     end
   end
+  return last
+end
+local function publish(hash, stream, maxlen, first)
+  local last = append(stream, maxlen, first, tonumber(redis.call('HGET', hash, 'pub_seq') or '0'))
   redis.call('HSET', hash, 'pub_seq', last)
   return last
 end
