@@ -161,6 +161,10 @@ class Settings(BaseSettings):
     tool_unavailable_s: float = Field(30.0, ge=0)
     """A tool call whose tool no live worker offers (its worker is being replaced) waits this long
     for one, then is answered with an error (``error`` kind ``tool_unavailable``)."""
+    metrics_flush_s: float = Field(1.0, ge=0)
+    """Workers sum their best-effort counters (LLM calls, tokens, flow control) in memory and
+    write them this often (``GET /metrics`` lags by at most this much; a crash loses at most
+    this much of them); 0 writes them with the step's next round trip."""
     task_events: Literal["auto", "on", "off"] = "auto"
     """Celery task events (what Flower shows): ``auto`` sends them while a monitor asks for them
     (Flower asks every 5 s; they stop a minute after the last ask), ``on`` always (a monitor that

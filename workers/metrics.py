@@ -24,9 +24,11 @@ Recording never raises: a Redis hiccup costs a data point, never a run.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
@@ -43,7 +45,7 @@ from reactq.shared.observe.metrics_schema import (  # noqa: F401  (re-exported f
     FAMILIES, INFLIGHT, Family, bucket_label, label_field,
 )
 from reactq.shared.models import ChatMessage, LLMResult, StreamChunk
-from reactq.shared.stores.roundtrip import Op, defer
+from reactq.shared.stores.roundtrip import Op, defer, execute, failed
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +98,79 @@ class Batch:
         self.ops.append(Op(("HDEL", self.rec.run_key(name, field), field)))
         return self
 
-    def flush(self) -> None:
+    def send(self) -> None:
+        """With the step's next round trip, not summed (a rare figure, such as a budget stop)."""
         if self.ops:
             defer(self.rec.client, self.ops)
             self.ops = []
+
+    def flush(self) -> None:
+        """Best-effort figures (an LLM call's, flow control's): into the process's running
+        sums (``Sums``), which go out once a second; a commit's own go with it (``ops``)."""
+        if self.ops:
+            self.rec.sums.add(self.ops)
+            self.ops = []
+
+
+class Sums:
+    """The best-effort counters of one process, summed in memory and written every
+    ``every_s`` (one ``HINCRBY`` per field, not one per call): riding on the round trip of the
+    step that finds them due, or sent by a background thread when no step comes (and at
+    exit). A crash loses at most ``every_s`` of them, as it loses a step's deferred writes."""
+
+    def __init__(self, client: redis.Redis, every_s: float) -> None:
+        self.client = client
+        self.every_s = every_s
+        self._sums: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+        self._last = time.monotonic()
+        self._thread: threading.Thread | None = None
+
+    def add(self, ops: list[Op]) -> None:
+        if self.every_s <= 0:  # summing off: with the step's next round trip, as they come
+            defer(self.client, ops)
+            return
+        now: list[Op] = []
+        with self._lock:
+            for op in ops:
+                cmd, key, field, *value = op.args
+                if cmd in ("HINCRBY", "HINCRBYFLOAT"):
+                    self._sums[(cmd, key, field)] = self._sums.get((cmd, key, field), 0) + float(value[0])
+                else:
+                    now.append(op)  # gauges (HSET / HDEL) are not sums
+            self._start()
+        if time.monotonic() - self._last >= self.every_s:
+            now += self.take()
+        if now:
+            defer(self.client, now)
+
+    def take(self) -> list[Op]:
+        """The sums as commands (they leave the process)."""
+        with self._lock:
+            sums, self._sums = self._sums, {}
+            self._last = time.monotonic()
+        return [Op((cmd, key, field, int(v) if cmd == "HINCRBY" else repr(v)))
+                for (cmd, key, field), v in sums.items()]
+
+    def flush(self) -> None:
+        """Send what is summed now (a worker's exit, the background thread)."""
+        due = self.take()
+        if due:
+            try:
+                failed(execute(self.client, due))
+            except redis.RedisError as exc:
+                log.warning("metrics not sent: %s", exc)
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, daemon=True, name="reactq-metrics")
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.every_s / 2)
+            if time.monotonic() - self._last >= self.every_s:
+                self.flush()
 
 
 #: The value of a ``tool`` or ``model`` label that is not a registered name.
@@ -115,9 +186,12 @@ class Recorder:
     carry anything it read) never becomes a label value, and the label sets stay bounded."""
 
     def __init__(self, client: redis.Redis, keys: Keys, owner: str | None = None,
-                 known: Callable[[], dict[str, frozenset[str]]] | None = None) -> None:
+                 known: Callable[[], dict[str, frozenset[str]]] | None = None,
+                 flush_every_s: float = 1.0) -> None:
         self.client = client
         self.keys = keys
+        self.sums = Sums(client, flush_every_s)
+        atexit.register(self.sums.flush)
         self._known_fn = known
         self._known: dict[str, frozenset[str]] | None = None
         # Counters go to this process's shard: every worker increments a different hash, so
@@ -317,4 +391,4 @@ def flow_recorder(rec: Recorder) -> Callable[[str, dict[str, Any]], None]:
 
 def budget_stop(rec: Recorder, scope: str, n: int = 1) -> None:
     """Runs stopped by their token budget (``scope`` run), batch lines skipped."""
-    rec.batch().inc("flow_budget_stops", [scope], n).flush()
+    rec.batch().inc("flow_budget_stops", [scope], n).send()

@@ -100,7 +100,8 @@ class Runtime:
 
     @cached_property
     def recorder(self) -> Recorder:
-        return Recorder(self.redis, self.keys, known=self._registered_names)
+        return Recorder(self.redis, self.keys, known=self._registered_names,
+                        flush_every_s=self.settings.metrics_flush_s)
 
     def _registered_names(self) -> dict[str, frozenset[str]]:
         """The names a metric's ``tool`` and ``model`` labels may carry (``Recorder``)."""

@@ -264,7 +264,7 @@ def _metrics(rt: Runtime, d: Delivery, outcome: str, seconds: float) -> None:
         b.inc("webhook_attempts", [d.type, outcome]).observe("webhook_attempt_seconds", [d.type], seconds)
         if d.status != "pending":
             b.inc("webhook_deliveries", [d.type, d.status])
-        b.flush()
+        b.send()
     except redis.RedisError:
         log.warning("webhook metrics for %s were not recorded", d.webhook_id)
 

@@ -164,8 +164,9 @@ FANIN_FN = """
 local function fan_in(set, run, due, call, ttl, tool, member, calls, deadline, step_no, hold)
   redis.call('SADD', set, call)
   local c = redis.call('SCARD', set)
+  local h = redis.call('HMGET', run, 'step_no', 'waiting')
   local w = 0
-  if hold then w = tonumber(redis.call('HGET', run, 'waiting') or '0') end
+  if hold then w = tonumber(h[2] or '0') end
   local waiting = 0
   if w > 0 then
     redis.call('PERSIST', set)
@@ -177,7 +178,7 @@ local function fan_in(set, run, due, call, ttl, tool, member, calls, deadline, s
     redis.call('EXPIRE', set, ttl)
   end
   local ready = 0
-  if c >= calls and tonumber(redis.call('HGET', run, 'step_no') or '-1') == tonumber(step_no) then
+  if c >= calls and tonumber(h[1] or '-1') == tonumber(step_no) then
     ready = 1
   end
   if due then

@@ -12,6 +12,8 @@ and one with llama-cpp-python's ``chatml-function-calling`` for native tool call
 
 from __future__ import annotations
 
+import time
+
 from typing import Any
 
 import pytest
@@ -109,11 +111,16 @@ def test_a_native_run_and_the_tool_result_in_its_next_request(e2e_dispatcher, e2
     assert len(sent) >= 2
     assert any(m["role"] == "user" and done[0]["observation"] in (m.get("content") or "")
                and m["content"].startswith("Result of the tool call calculator") for m in sent[1]), sent[1]
-    # The worker metered the real model's calls.
-    after = snapshot(e2e_settings)
+    # The worker metered the real model's calls (written within REACTQ_METRICS_FLUSH_S).
     key = (("model", FC_MODEL),)
-    calls = after["reactq_llm_call_seconds_count"].get(key, 0) - \
-        before.get("reactq_llm_call_seconds_count", {}).get(key, 0)
+    deadline = time.monotonic() + 5
+    while True:
+        after = snapshot(e2e_settings)
+        calls = after.get("reactq_llm_call_seconds_count", {}).get(key, 0) - \
+            before.get("reactq_llm_call_seconds_count", {}).get(key, 0)
+        if calls >= result["usage"]["llm_calls"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert calls >= result["usage"]["llm_calls"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -30,6 +31,17 @@ def _sum(snap: dict[str, Any], name: str, **labels: str) -> float:
     return sum(v for k, v in snap.get(name, {}).items() if set(labels.items()) <= set(k))
 
 
+def _settled(settings: Settings, ready: Any) -> dict[str, Any]:
+    """A snapshot once ``ready(snapshot)``: workers write an LLM call's counters within
+    ``REACTQ_METRICS_FLUSH_S`` (1 s), summed, not with the step that made the call."""
+    deadline = time.monotonic() + 5
+    while True:
+        snap = snapshot(settings)
+        if ready(snap) or time.monotonic() > deadline:
+            return snap
+        time.sleep(0.1)
+
+
 @pytest.mark.core
 def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     before = snapshot(settings)
@@ -39,7 +51,11 @@ def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     ], synthesis=reply_text("It is 42."))
     handle = dispatcher.submit(RunRequest(query=q, mode="native"))
     assert handle.result(timeout=30)["status"] == "succeeded"
-    after = snapshot(settings)
+
+    def calls(snap: dict[str, Any]) -> float:
+        return _value(snap, "reactq_llm_call_seconds_count", model="scripted")
+
+    after = _settled(settings, lambda snap: calls(snap) - calls(before) >= 3)
 
     def delta(name: str, **labels: str) -> float:
         return _value(after, name, **labels) - _value(before, name, **labels)
@@ -75,7 +91,11 @@ def test_llm_and_tool_failures_are_counted_by_model_and_tool(workers, dispatcher
     ])
     assert dispatcher.submit(RunRequest(query=q_tool)).result(timeout=30)["status"] == "succeeded"
     assert dispatcher.submit(RunRequest(query=q_llm)).result(timeout=30)["status"] == "failed"
-    after = snapshot(settings)
+
+    def errors(snap: dict[str, Any]) -> float:
+        return _value(snap, "reactq_llm_errors_total", model="scripted", code="400")
+
+    after = _settled(settings, lambda snap: errors(snap) > errors(before))
     assert (_value(after, "reactq_tool_errors_total", tool="calculator", kind="error")
             > _value(before, "reactq_tool_errors_total", tool="calculator", kind="error"))
     assert (_value(after, "reactq_llm_errors_total", model="scripted", code="400")
@@ -163,6 +183,8 @@ async def test_the_metering_wrapper_times_chat_and_stream_and_counts_errors_and_
         await llm.chat(msgs)
     chunks = [c async for c in llm.stream_chat(msgs)]
     assert chunks[-1].finish_reason == "stop"
+    assert client.keys("*") == []  # summed in the process, written once a second
+    rec.sums.flush()
 
     samples = {}
     for fam in READER_FAMILIES.values():

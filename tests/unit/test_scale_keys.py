@@ -86,6 +86,8 @@ def test_metric_shards_written_by_many_workers_are_summed_by_the_reader(monkeypa
     assert len({rec.shard for rec in recs}) > 1
     for rec in recs:
         rec.batch().inc("runs_started", ["native"]).observe("run_seconds", ["succeeded"], 0.2).flush()
+    for rec in recs:
+        rec.sums.flush()  # what a worker's background thread does every second
     r.hincrby(K.metrics("runs_started"), '["native"]', 2)  # an unsharded, older writer
     # Per-run gauges shard by run id: another worker finds (and removes) what one wrote.
     recs[0].batch().hset("inflight", "run-a", "1.0").hset("inflight", "run-b", "1.0").flush()

@@ -239,14 +239,24 @@ def close_hub() -> None:
         hub.close_hub()
 
 
+def flush_metrics() -> None:
+    """Write the counters this process has summed (``workers/metrics.py``), if it has any."""
+    recorder = vars(runtime()).get("recorder")
+    if recorder is not None:
+        recorder.sums.flush()
+
+
 @signals.worker_shutdown.connect
 def _stop_watchdog(**_: Any) -> None:
     if _watchdog is not None:
         _watchdog.stopped.set()
     close_hub()
+    flush_metrics()
 
 
 @signals.worker_process_shutdown.connect
 def _close_mcp_sessions(**_: Any) -> None:
-    """A prefork child closes its own MCP sessions (stdio servers stop with it)."""
+    """A prefork child closes its own MCP sessions (stdio servers stop with it) and writes
+    its summed counters."""
     close_hub()
+    flush_metrics()
