@@ -49,7 +49,7 @@ def _wait_pending(d: Dispatcher, n: int, timeout: float) -> float:
 def _busy(d: Dispatcher, c: Cluster) -> dict[str, int]:
     active = d.celery.control.inspect(timeout=2).active() or {}
     r = c.redis()
-    leases = sum(int(r.zcard(d.keys.leases_of(s))) for s in range(LEASE_SHARDS))
+    leases = sum(int(r.hlen(d.keys.lease_tasks_of(s))) for s in range(LEASE_SHARDS))
     return {"tasks_running": sum(len(v) for v in active.values()), "leases_held": leases,
             "queued_messages": int(r.llen("reactq.runs")) + int(r.llen("reactq.tools"))}
 

@@ -266,16 +266,9 @@ class Keys:
     def lease_held_prefix(self, shard: int) -> str:
         return f"{self._lease_base(shard)}:held:"
 
-    def leases_of(self, shard: int) -> str:
-        """The shard's zset: member → expiry (ms)."""
-        return f"{self._lease_base(shard)}:leases"
-
     def lease_tasks_of(self, shard: int) -> str:
         """The shard's hash: member → the task spec to resend."""
         return f"{self._lease_base(shard)}:tasks"
-
-    def leases_for(self, member: str) -> str:
-        return self.leases_of(self.lease_shard(member))
 
     def lease_tasks_for(self, member: str) -> str:
         return self.lease_tasks_of(self.lease_shard(member))

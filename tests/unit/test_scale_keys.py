@@ -31,10 +31,10 @@ def test_every_key_of_one_run_dag_or_batch_is_in_the_slot_of_its_id() -> None:
 
 def test_a_lease_and_its_shard_structures_share_a_slot_and_shards_spread() -> None:
     for member in ("run:abc", "tool:abc:call_1", "dag:d1"):
-        keys = [K.lease(member), K.leases_for(member), K.lease_tasks_for(member)]
+        keys = [K.lease(member), K.lease_tasks_for(member)]
         assert len({_slot(k) for k in keys}) == 1
         assert K.lease(member).startswith(K.lease_held_prefix(K.lease_shard(member)))
-    slots = {_slot(K.leases_of(n)) for n in range(LEASE_SHARDS)}
+    slots = {_slot(K.lease_tasks_of(n)) for n in range(LEASE_SHARDS)}
     assert len(slots) == LEASE_SHARDS, "each shard is its own slot, so shards spread over masters"
 
 

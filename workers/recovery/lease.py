@@ -1,9 +1,8 @@
 """Leases: recover a crashed step in seconds, without waiting for the broker.
 
 A task holds ``lease:{lease-N}:held:<member>`` (``SET NX PX``) while it runs and refreshes it
-every ``ttl / 3``; the member also sits in its shard's ``leases`` sorted set (score = expiry,
-ms) and the holder's task spec in the shard's ``tasks`` hash, left there if the holder dies
-(how a crash is counted, ``workers/recovery/watchdog.py``). The three keys of one shard share a Redis
+every ``ttl / 3``; the holder's task spec sits in the shard's ``tasks`` hash, left there if the
+holder dies (how a crash is counted, ``workers/recovery/watchdog.py``). The keys of one shard share a Redis
 Cluster hash tag (``{lease-N}``), so each script touches one slot, and the ``LEASE_SHARDS``
 shards spread the lease traffic (every step pays it) over a cluster. A second delivery of a
 step whose lease is alive backs off (returns at once); the step's own idempotency
@@ -48,33 +47,33 @@ log = logging.getLogger(__name__)
 #: Errors of the infrastructure, not of the step: a task that meets one keeps its lease.
 OUTAGE_ERRORS: tuple[type[BaseException], ...] = (KombuError, redis.RedisError, OSError)
 
-# KEYS: lease key, leases zset, lease:tasks hash (one shard). ARGV: token, ttl ms, expiry ms,
-# member, spec. Returns 0 (held by someone else), 1 (taken), 2 (taken over from a holder that
-# died: its record was still there, and nobody had counted that death yet).
+# KEYS: lease key, lease:tasks hash (one shard). ARGV: token, ttl ms, member, spec. Returns 0
+# (held by someone else), 1 (taken), 2 (taken over from a holder that died: its record was
+# still there, and nobody had counted that death yet). A lease's expiry is its key's TTL:
+# whoever asks whether a step is held asks the key (``PTTL``), so nothing else records it.
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
-  local orphan = redis.call('HSET', KEYS[3], ARGV[4], ARGV[5]) == 0
+  local orphan = redis.call('HSET', KEYS[2], ARGV[3], ARGV[4]) == 0
   if orphan then return 2 end
   return 1
 end
 return 0
 """
 
+# KEYS: lease key, lease:tasks hash. ARGV: token, member.
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('DEL', KEYS[1])
-  redis.call('ZREM', KEYS[2], ARGV[2])
-  redis.call('HDEL', KEYS[3], ARGV[2])
+  redis.call('HDEL', KEYS[2], ARGV[2])
   return 1
 end
 return 0
 """
 
+# KEYS: lease key. ARGV: token, ttl ms.
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4])
   return 1
 end
 return 0
@@ -144,7 +143,7 @@ class Leases:
         key = self.keys.lease(member)
         deadline = time.monotonic() + (self.ttl_ms / 1000 if wait is None else wait)
         spec = json.dumps({"task": task, "args": args, "queue": queue, "worker": self.holder})
-        lease_keys = [key, self.keys.leases_for(member), self.keys.lease_tasks_for(member)]
+        lease_keys = [key, self.keys.lease_tasks_for(member)]
         first = read(None if self._cluster else (key, token)) if read is not None else None
         got, replies = self._try(lease_keys, token, member, spec, None if self._cluster else first)
         while not got:
@@ -185,7 +184,7 @@ class Leases:
              read: Read[Any] | None) -> tuple[int, list[Any] | None]:
         """One try to take the lease (with ``read`` in the same round trip): (0 not taken,
         1 taken, 2 taken over from a dead holder; the read's replies when taken)."""
-        args: list[str | int] = [token, self.ttl_ms, _now_ms() + self.ttl_ms, member, spec]
+        args: list[str | int] = [token, self.ttl_ms, member, spec]
         if read is None:
             return int(self._acquire(keys=lease_keys, args=args)), None
         replies = execute(self.r, [Op.call(self._acquire, lease_keys, args), *read.ops])
@@ -208,7 +207,7 @@ class Leases:
         if found is None:
             return None
         key, member = found
-        keys = [key, self.keys.leases_for(member), self.keys.lease_tasks_for(member)]
+        keys = [key, self.keys.lease_tasks_for(member)]
         return Op.call(self._release, keys, [token, member])
 
     def _stack(self) -> list[str]:
@@ -229,9 +228,7 @@ class Leases:
                 held = list(self._held.items())
             if not held:
                 continue
-            expiry = _now_ms() + self.ttl_ms
-            calls = [([key, self.keys.leases_for(member)], [token, self.ttl_ms, expiry, member])
-                     for token, (key, member) in held]
+            calls = [([key], [token, self.ttl_ms]) for token, (key, _) in held]
             try:
                 self._run_all(self._renew, calls)
             except redis.RedisError:  # a blip: the next beat tries again
@@ -250,7 +247,3 @@ class Leases:
         for k, a in calls:
             script(keys=k, args=a, client=pipe)
         return list(pipe.execute())
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
