@@ -33,6 +33,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -205,6 +208,7 @@ class FlowLimiter:
         self._settle = client.register_script(_SETTLE)
         self._pause = client.register_script(_PAUSE)
         self._trimmed: dict[str, float] = {}  # model → when this process last trimmed its window
+        self._last_free: str | None = None  # the model last admitted without limits (pause_read)
 
     def _keys(self, model: str) -> list[str]:
         return [self.keys.flow(model), self.keys.flow_inflight(model),
@@ -244,11 +248,25 @@ class FlowLimiter:
         provider's pause is in force, and that is one field to read (one command instead of the
         admission script). ``None`` while a pause is set: the script decides (a wait and a place
         in the line, or the admission that clears a pause that is over)."""
-        replies = execute(self.r, [*take(), Op(("HGET", self.keys.flow(model), "pause"))])
-        failed(replies[:-1])
-        if checked(replies[-1]) is not None:
+        seen = _seen.get()
+        if seen is not None and model in seen:  # read with the step's first round trip
+            pause = seen.pop(model)
+        else:
+            replies = execute(self.r, [*take(), Op(("HGET", self.keys.flow(model), "pause"))])
+            failed(replies[:-1])
+            pause = checked(replies[-1])
+        self._last_free = model
+        if pause is not None:
             return None
         return Ticket(model=model, call_id=call_id, reserved=tokens, start_in=0.0, estimate=tokens, free=True)
+
+    def pause_read(self) -> tuple[str, Op] | None:
+        """The read of the pause of the model this process last admitted without limits, for
+        a step's first round trip to carry before the step knows which model it calls (most
+        steps call the same model as the one before): ``seen_pauses`` keeps the reply, and the
+        step's admission of that model uses it instead of a round trip of its own."""
+        model = self._last_free
+        return (model, Op(("HGET", self.keys.flow(model), "pause"))) if model is not None else None
 
     def settle(self, ticket: Ticket, limits: Limits, actual_tokens: int, *, learn: bool = True,
                later: bool = False) -> None:
@@ -309,6 +327,22 @@ class FlowLimiter:
                 "reserved_tokens": int(reserved or 0),
                 "waiting": {"interactive": int(wi), "batch": int(wb)},
                 "paused_for_s": round(max(0.0, (float(pause or 0) - now) / 1000), 3)}
+
+
+# Pauses read ahead by a step's first round trip (``pause_read``), by model, for this step only.
+_seen: ContextVar[dict[str, Any] | None] = ContextVar("reactq_flow_pauses_seen", default=None)
+
+
+@contextmanager
+def seen_pauses() -> Iterator[dict[str, Any]]:
+    """A step's box for the pauses its first round trip read (``FlowLimiter.pause_read``); each
+    serves one admission, and what is left goes with the step."""
+    box: dict[str, Any] = {}
+    token = _seen.set(box)
+    try:
+        yield box
+    finally:
+        _seen.reset(token)
 
 
 # The last minute's use of a model without limits (``_settle_free``).

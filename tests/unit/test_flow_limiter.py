@@ -120,6 +120,26 @@ def test_a_model_without_limits_is_admitted_on_one_read_and_settles_into_its_use
     assert 0 < r.ttl(Keys("t:").flow_window("m")) <= 120
 
 
+def test_a_pause_read_ahead_by_the_step_serves_its_admission_once(clock: Clock) -> None:
+    r = Counting()
+    r.sent = []
+    lim = FlowLimiter(r, Keys("t:"), horizon_s=0.5, grace_s=5)
+    assert lim.pause_read() is None  # nothing admitted yet: nothing to guess
+    assert isinstance(lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1), Ticket)
+    model, op = lim.pause_read() or ("", None)
+    assert model == "m" and op is not None and op.args[0] == "HGET"
+    with L.seen_pauses() as seen:
+        seen["m"] = None  # what the step's first round trip read: no pause
+        r.sent = []
+        assert isinstance(lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1), Ticket)
+        assert r.sent == []  # no round trip of its own
+        assert isinstance(lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1), Ticket)
+        assert r.sent == ["HGET"]  # a second call of the step reads again
+        seen["m"] = b"1"  # a pause was set: the script decides
+        lim.pause("m", 1.0)
+        assert isinstance(lim.acquire("m", Limits(), member="a", priority="interactive", tokens=1), Denied)
+
+
 def test_a_pause_over_with_nobody_waiting_is_cleared_and_the_fast_admission_returns(
         lim: FlowLimiter, clock: Clock) -> None:
     lim.pause("m", 1.0)

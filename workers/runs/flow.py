@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, assert_never
+from typing import TYPE_CHECKING, Any, TypeVar, assert_never
 
 from reactq.shared.engine import flowcontrol, loop
 from reactq.shared.engine.next import Answer, CallLLM, Done, RunTools, SelectTools, next_step
@@ -44,7 +44,7 @@ from reactq.shared.flow.middleware import FlowScope, LimitedLLM, admit_now, esti
 from reactq.shared.llm.base import LLM
 from reactq.shared.llm.pricing import Price, reserve_cost
 from reactq.shared.stores.due import run_member
-from reactq.shared.stores.roundtrip import checked, execute, failed, take
+from reactq.shared.stores.roundtrip import Read, checked, execute, failed, take
 from reactq.shared.stores.run_hash import spending_op
 from reactq.shared.settings import Settings
 from reactq.shared.tenants.quotas import quota_of
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from reactq.workers.runtime import Runtime
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Only the broker's kind matters here (RabbitMQ or Redis): no connection is made at import.
 PRIORITY = message_priorities(Settings().broker_url or "")
@@ -70,6 +71,21 @@ def message_priority() -> int | None:
 
 def set_message_priority(state: RunState | None) -> None:
     _message_priority.set(PRIORITY.get(state.priority, 0) if state is not None else None)
+
+
+def with_pause(rt: Runtime, read: Read[T], seen: dict[str, Any]) -> Read[T]:
+    """The step's first read, carrying the pause of the model this process last called
+    without limits (``FlowLimiter.pause_read``): the step's admission then costs no round trip."""
+    got = rt.flow.limiter.pause_read()
+    if got is None:
+        return read
+    model, op = got
+
+    def parse(replies: list[Any]) -> T:
+        seen[model] = replies[-1]
+        return read.parse(replies[:-1])
+
+    return Read([*read.ops, op], parse)
 
 
 def spent(rt: Runtime, run_id: str) -> int:

@@ -28,7 +28,8 @@ from celery import signals
 
 from reactq.shared.errors import ConfigError
 from reactq.shared.redisconn import check_cluster_mode
-from reactq.shared.stores.roundtrip import riding
+from reactq.shared.stores.flow import seen_pauses
+from reactq.shared.stores.roundtrip import Read, riding
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.stores.due import run_member, tool_member
 from reactq.shared.stores.run_hash import RunRecord
@@ -100,7 +101,13 @@ def _run_step(task: Any, name: str, run_id: str, step_no: int | None,
     flow.set_message_priority(None)  # threads run many tasks: drive sets the run's own
     rt = runtime()
     faults.point("before_lease", name)
-    load = rt.store.load_step(run_id)
+    with seen_pauses() as seen:
+        load = flow.with_pause(rt, rt.store.load_step(run_id), seen)
+        _hold_and_step(rt, name, run_id, step_no, step, load)
+
+
+def _hold_and_step(rt: Runtime, name: str, run_id: str, step_no: int | None,
+                   step: Callable[[Runtime, RunRecord, int | None, Send], None], load: Read[RunRecord]) -> None:
     with rt.leases.hold(run_member(run_id), name, [run_id, None], RUNS_QUEUE, read=lambda _: load) as held, \
             riding(rt.redis):
         if held:
