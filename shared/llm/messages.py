@@ -60,8 +60,15 @@ def to_openai_message(message: ChatMessage) -> dict[str, Any]:
     return out
 
 
+def _field(obj: Any, key: str) -> Any:
+    """``obj.key``, or ``obj[key]`` of a reply read as plain JSON (``OpenAILLM.chat``)."""
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
 def _extra(obj: Any, key: str) -> Any:
     """A field the openai types do not declare (e.g. ``reasoning_content``)."""
+    if isinstance(obj, dict):
+        return obj.get(key)
     extra = getattr(obj, "model_extra", None) or {}
     if key in extra:
         return extra[key]
@@ -81,25 +88,26 @@ def usage_dict(usage: Any) -> dict[str, Any]:
     if usage is None:
         return {}
     out: dict[str, Any] = {
-        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
-        "total_tokens": int(getattr(usage, "total_tokens", 0) or 0),
+        "prompt_tokens": int(_field(usage, "prompt_tokens") or 0),
+        "completion_tokens": int(_field(usage, "completion_tokens") or 0),
+        "total_tokens": int(_field(usage, "total_tokens") or 0),
     }
-    details = getattr(usage, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    details = _field(usage, "prompt_tokens_details")
+    cached = _field(details, "cached_tokens") if details is not None else None
     if cached is not None:
         out["cache_read_input_tokens"] = int(cached)
     return out
 
 
 def reply_message(msg: Any) -> ChatMessage:
-    """A completion's ``choices[0].message`` as an assistant ``ChatMessage``."""
+    """A completion's ``choices[0].message`` (the SDK's type, or the reply's JSON object) as an
+    assistant ``ChatMessage``."""
     calls: list[ToolCallRequest] = []
-    for n, tc in enumerate(msg.tool_calls or []):
-        fn = getattr(tc, "function", None)
+    for n, tc in enumerate(_field(msg, "tool_calls") or []):
+        fn = _field(tc, "function")
         if fn is None:  # a non-function ("custom") tool call: nothing the engine can run
             continue
-        calls.append(ToolCallRequest(id=tc.id or f"call_{n}", name=fn.name,
-                                     arguments=parse_arguments(fn.arguments)))
-    return ChatMessage(role="assistant", content=msg.content, tool_calls=calls or None,
+        calls.append(ToolCallRequest(id=_field(tc, "id") or f"call_{n}", name=_field(fn, "name"),
+                                     arguments=parse_arguments(_field(fn, "arguments"))))
+    return ChatMessage(role="assistant", content=_field(msg, "content"), tool_calls=calls or None,
                        reasoning_content=reasoning_of(msg))

@@ -473,3 +473,28 @@ def test_cli_subprocess() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+async def test_a_reply_is_read_from_its_json_whatever_its_content_type(srv: ScriptedServer) -> None:
+    """The reply is read once from its JSON, not first into the SDK's models: a completion a
+    gateway labels text/plain still reads; JSON that is not a completion names what it got."""
+    completion = ('{"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": '
+                  '{"role": "assistant", "content": null, "reasoning": "hm", "tool_calls": [{"id": "c1", '
+                  '"type": "function", "function": {"name": "weather", "arguments": "{\\"city\\": \\"Oslo\\"}"}}]}, '
+                  '"finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2, '
+                  '"total_tokens": 7, "prompt_tokens_details": {"cached_tokens": 3}}}')
+    srv.handler = SequenceHandler([
+        Reply(raw_body=completion, raw_content_type="text/plain"),
+        Reply(raw_body='{"result": "ok"}', raw_content_type="application/json"),
+        Reply(raw_body='{"choices": []}', raw_content_type="application/json"),
+    ])
+    llm = make_llm(srv)
+    got = await llm.chat(user("weather?"), tools=TOOLS)
+    assert got.message.tool_calls == [ToolCallRequest(id="c1", name="weather", arguments={"city": "Oslo"})]
+    assert got.message.reasoning_content == "hm" and got.message.content is None
+    assert got.usage == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7,
+                         "cache_read_input_tokens": 3}
+    with pytest.raises(LLMError, match="not a chat completion .a JSON object with result"):
+        await llm.chat(user("again"))
+    with pytest.raises(LLMError, match="returned no choices"):
+        await llm.chat(user("and again"))
