@@ -24,7 +24,7 @@ from tests.scripted_server import reply_text, reply_tool_calls
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
-QUERY = "How many words are in 'to be or not to be'?"
+QUERY = "How many words are in 'to be or not to be'? Use the word_count tool."
 ANSWER = "There are 6 words in it."
 FIRST_RUN = "what is 17*23?"
 AGAIN = 4

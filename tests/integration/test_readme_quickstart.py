@@ -27,7 +27,8 @@ from tests.scripted_server import reply_text, reply_tool_calls
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 ROOT = Path(__file__).resolve().parents[2]
 FENCE = re.compile(r"^```(\w+)([^\n]*)\n(.*?)^```\s*$", re.M | re.S)
-QUERIES = ("How many words are in 'to be or not to be'?", 'How many words are in "to be or not to be"?')
+QUERIES = ("How many words are in 'to be or not to be'? Use the word_count tool.",
+           'How many words are in "to be or not to be"? Use the word_count tool.')
 ANSWER = "There are 6 words in it."
 
 
