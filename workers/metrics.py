@@ -244,7 +244,7 @@ class Recorder:
     # -- tools -------------------------------------------------------------------------
     def tool(self, outcome: ToolOutcome) -> None:
         b = self.batch()
-        b.ops = tool_ops(self, outcome)
+        b.ops = tool_ops(self, outcome) + tool_observations(self, outcome)
         b.flush()
 
 
@@ -254,12 +254,18 @@ def tool_ops(rec: Recorder, outcome: ToolOutcome) -> list[Op]:
     if outcome.reused:  # answered from a recorded ledger: no execution to time
         b.inc("tool_calls_reused", [outcome.tool_name])
         return b.ops
-    if outcome.ended_at and outcome.started_at:
-        b.observe("tool_call_seconds", [outcome.tool_name], outcome.ended_at - outcome.started_at)
     kind = ("blocked" if outcome.blocked else "uncertain" if outcome.uncertain
             else "error" if outcome.error else None)
     if kind:
         b.inc("tool_errors", [outcome.tool_name, kind])
+    return b.ops
+
+
+def tool_observations(rec: Recorder, outcome: ToolOutcome) -> list[Op]:
+    """How long the call took: summed by the worker (``Sums``) once the outcome is the call's."""
+    b = rec.batch()
+    if not outcome.reused and outcome.ended_at and outcome.started_at:
+        b.observe("tool_call_seconds", [outcome.tool_name], outcome.ended_at - outcome.started_at)
     return b.ops
 
 
@@ -271,34 +277,23 @@ def error_code(exc: BaseException) -> str:
 
 # -- run lifecycle (what workers/runs/drive.py's commits carry) -------------------------------
 
-def commit_ops(rec: Recorder, state: RunState, step_no: int, adv: Advance,
-               began: float | None = None, turn_began: float | None = None) -> list[Op]:
+def commit_ops(rec: Recorder, state: RunState, step_no: int, adv: Advance) -> list[Op]:
     """What committing this step (``step_no`` before it) means for the metrics, from the
     step that ran (``adv.step``) and what comes next (``adv.next``); the commit applies them
     only if it wins (compare-and-set), so each step is counted once however often it was
     delivered:
 
     * the run's first step (``step_no == 0``) ⇒ run started (by resolved mode), in flight;
-    * an LLM turn (``began`` = when it started) that leads anywhere but to its tools ⇒ a
-      turn of ``now - began`` (one that leads to its tools goes on until its fan-in: the
-      commit keeps ``began`` in the run hash, and the fan-in's load reads it back);
-    * a fan-in (``RunTools`` ran; ``turn_began`` as loaded) ⇒ that turn ends;
     * ``Done`` next ⇒ run ended (status, mode), no longer in flight.
+
+    The turn it ends, if any, is ``turn_observations``.
     """
     now = time.time()
     rid = state.run_id
-    turn_labels = [state.model, state.mode]
     b = rec.batch()
     if step_no == 0:
         b.inc("runs_started", [state.mode])
         b.hset(INFLIGHT, rid, f"{state.started_at or now:.3f}")
-    match adv.step:
-        case CallLLM() if began is not None and not isinstance(adv.next, RunTools):
-            b.observe("turn_seconds", turn_labels, now - began)
-        case RunTools() if turn_began is not None:
-            b.observe("turn_seconds", turn_labels, now - turn_began)
-        case _:
-            pass
     if isinstance(adv.next, Done):
         result = adv.next.result
         b.inc("runs_ended", [result.status, result.mode])
@@ -308,6 +303,27 @@ def commit_ops(rec: Recorder, state: RunState, step_no: int, adv: Advance,
         if state.started_at:
             b.observe("run_seconds", [result.status], (state.ended_at or now) - state.started_at)
         b.hdel(INFLIGHT, rid)
+    return b.ops
+
+
+def turn_observations(rec: Recorder, state: RunState, adv: Advance, began: float | None = None,
+                      turn_began: float | None = None) -> list[Op]:
+    """The turn this step ends, summed by the worker (``Sums``) once its commit won:
+
+    * an LLM turn (``began`` = when it started) that leads anywhere but to its tools ⇒ a
+      turn of ``now - began`` (one that leads to its tools goes on until its fan-in: the
+      commit keeps ``began`` in the run hash, and the fan-in's load reads it back);
+    * a fan-in (``RunTools`` ran; ``turn_began`` as loaded) ⇒ that turn ends.
+    """
+    b = rec.batch()
+    labels = [state.model, state.mode]
+    match adv.step:
+        case CallLLM() if began is not None and not isinstance(adv.next, RunTools):
+            b.observe("turn_seconds", labels, time.time() - began)
+        case RunTools() if turn_began is not None:
+            b.observe("turn_seconds", labels, time.time() - turn_began)
+        case _:
+            pass
     return b.ops
 
 

@@ -29,6 +29,10 @@ def _batch_to_the_end(gw: GatewayProc, llm: LLMFixture) -> str:
         while (body := c.get(f"/v1/batches/{batch_id}").json())["status"] != "done":
             assert time.monotonic() < deadline, body
             time.sleep(0.2)
+        # Turn times reach the figures within REACTQ_METRICS_FLUSH_S (workers sum them first).
+        deadline = time.monotonic() + 5
+        while not c.get("/v1/ui/dashboard").json()["turn_seconds"] and time.monotonic() < deadline:
+            time.sleep(0.1)
     return batch_id
 
 

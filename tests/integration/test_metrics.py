@@ -55,7 +55,14 @@ def test_a_run_on_the_workers_is_counted(workers, dispatcher, llm, settings, r):
     def calls(snap: dict[str, Any]) -> float:
         return _value(snap, "reactq_llm_call_seconds_count", model="scripted")
 
-    after = _settled(settings, lambda snap: calls(snap) - calls(before) >= 3)
+    def turns(snap: dict[str, Any]) -> float:
+        return _value(snap, "reactq_turn_seconds_count", model="scripted", mode="native")
+
+    def tool_times(snap: dict[str, Any]) -> float:
+        return _value(snap, "reactq_tool_call_seconds_count", tool="calculator")
+
+    after = _settled(settings, lambda snap: calls(snap) - calls(before) >= 3 and turns(snap) - turns(before) >= 2
+                     and tool_times(snap) > tool_times(before))
 
     def delta(name: str, **labels: str) -> float:
         return _value(after, name, **labels) - _value(before, name, **labels)

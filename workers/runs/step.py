@@ -142,7 +142,8 @@ def save(step: Step, adv: Advance, *, handoff: bool = False, early: list[Event] 
     False when it was stale."""
     rt, state = step.rt, step.state
     turn_began = step.loaded.turn_began if step.loaded is not None else None
-    ops = metrics.commit_ops(rt.recorder, state, step.step_no, adv, step.began, turn_began)
+    ops = metrics.commit_ops(rt.recorder, state, step.step_no, adv)
+    observed = metrics.turn_observations(rt.recorder, state, adv, step.began, turn_began)
     release = rt.leases.handoff() if handoff else None
     then = ([release] if release is not None else []) + take()
     if state.webhook_on_done and isinstance(adv.next, Done):  # in the commit's round trip
@@ -151,6 +152,8 @@ def save(step: Step, adv: Advance, *, handoff: bool = False, early: list[Event] 
                            turn_began=step.began if isinstance(adv.next, RunTools) else None, pushes=pushes):
         log.info("run %s step %s was already committed elsewhere", state.run_id, step.step_no)
         return False
+    if observed:
+        rt.recorder.sums.add(observed)
     faults.point("after_commit")
     return True
 

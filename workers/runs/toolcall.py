@@ -64,6 +64,8 @@ def tool(rt: Runtime, run_id: str, step_no: int, call_id: str, send: Send,
                                   push=carried[0] if carried else None)
     if outcome is not None and not won:  # another worker finished it while this one was cut off
         log.warning("tool call %s of run %s was already done elsewhere; result dropped", call_id, run_id)
+    elif outcome is not None:
+        rt.recorder.sums.add(metrics.tool_observations(rt.recorder, outcome))
     if counted >= len(calls) and carried is None:
         send(ITERATE, [run_id, step_no], RUNS)
 
