@@ -2,9 +2,10 @@
 
 Workers are many processes on many machines, so they do not serve metrics themselves:
 each figure is added to a ``reactq:metrics:{family}`` hash with ``HINCRBY`` /
-``HINCRBYFLOAT`` — in a running step, with the step's own round trips (a commit carries the
-step's figures, and applies them only if it wins; an LLM call's go with the step's next
-round trip, ``reactq.shared.stores.roundtrip``), else one pipelined round trip — and the gateway's
+``HINCRBYFLOAT`` — a commit carries the step's counts (runs started and ended, in flight) and
+applies them only if it wins; the rest (an LLM call's, flow control's, the durations of turns
+and tool calls once their commit won) are summed in the process (``Sums``) and written once a
+second, with a step's round trip or by a thread of their own — and the gateway's
 ``GET /metrics`` (``dispatcher/http/metrics.py``) reads the hashes and renders them in the
 Prometheus text format. Nothing is ever reset: the values are monotonic counters, as
 Prometheus expects, across worker restarts.
