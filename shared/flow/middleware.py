@@ -331,9 +331,20 @@ class LimitedLLM(DelegatingLLM):
                 raise
 
     # -- the LLM protocol ---------------------------------------------------------------------
+    def counts_ahead(self, scope: FlowScope) -> bool:
+        """Whether a call's tokens must be estimated before it is made: only where something
+        holds them (this model's limits, the tenant's, a dollar cap). Otherwise the estimate,
+        O(history), would be computed for nothing: a model without limits is admitted on its
+        pause alone, and settles what the provider reports."""
+        return self.limits.any or scope.capped or (scope.tenant_limits is not None and scope.tenant_limits.any)
+
+    def _estimate(self, messages: list[ChatMessage], kwargs: dict[str, Any]) -> int:
+        if not self.counts_ahead(current_scope()):
+            return 0
+        return estimate_tokens(messages, kwargs.get("tools"), kwargs.get("max_tokens"), self.flow.completion_estimate)
+
     async def chat(self, messages: list[ChatMessage], **kwargs: Any) -> LLMResult:
-        tokens = estimate_tokens(messages, kwargs.get("tools"), kwargs.get("max_tokens"),
-                                 self.flow.completion_estimate)
+        tokens = self._estimate(messages, kwargs)
         ticket, result = await self._retrying(lambda: self._inner.chat(messages, **kwargs), tokens)
         self._settle(ticket, result.usage)
         return result  # type: ignore[no-any-return]
@@ -342,8 +353,7 @@ class LimitedLLM(DelegatingLLM):
         return self._stream(messages, kwargs)
 
     async def _stream(self, messages: list[ChatMessage], kwargs: dict[str, Any]) -> AsyncIterator[StreamChunk]:
-        tokens = estimate_tokens(messages, kwargs.get("tools"), kwargs.get("max_tokens"),
-                                 self.flow.completion_estimate)
+        tokens = self._estimate(messages, kwargs)
 
         async def first() -> tuple[AsyncIterator[StreamChunk], StreamChunk | None]:
             # The request is sent (and a 429 raised) when the first chunk is awaited.

@@ -219,7 +219,7 @@ class FlowLimiter:
         """Admit one call of ``tokens`` estimated tokens, or say how long to wait."""
         call_id = uuid.uuid4().hex
         if not limits.any:
-            free = self._acquire_free(model, call_id, max(1, tokens))
+            free = self._acquire_free(model, call_id, max(0, tokens))
             if free is not None:
                 return free
         riv = 60000.0 / limits.rpm if limits.rpm else 0.0

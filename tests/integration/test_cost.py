@@ -3,6 +3,8 @@ the scripted LLM's reported usage, a registry entry with a ``price``."""
 
 from __future__ import annotations
 
+import time
+
 from collections.abc import Iterator
 from typing import Any
 
@@ -48,6 +50,8 @@ def test_done_usage_is_every_billed_call_priced_to_the_fraction_of_a_cent(cluste
     # (400 × 2.5 + 600 × 1.25 + 40 × 10) + (1200 × 2.5 + 10 × 10) + (3000 × 2.5 + 250 × 10)
     # = 2150 + 3100 + 10000 micro-dollars
     assert usage["cost_usd"] == 0.01525
-    after = _cost_metric(cluster)
     key = (("model", "scripted"), ("tenant", "default"))
+    deadline = time.monotonic() + 5  # workers write their summed counters once a second
+    while (after := _cost_metric(cluster)).get(key, 0.0) == before.get(key, 0.0) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert after.get(key, 0.0) - before.get(key, 0.0) == pytest.approx(0.01525, abs=1e-12)

@@ -101,8 +101,9 @@ def spending(rt: Runtime, run_id: str) -> tuple[int, float]:
     return int(tokens or 0), float(cost or 0.0)
 
 
-def _step_call(state: RunState, deps: EngineDeps) -> tuple[LLM, int] | None:
-    """The model the step is about to call and its estimated tokens (None: no call)."""
+def _step_call(state: RunState, deps: EngineDeps, scope: FlowScope) -> tuple[LLM, int] | None:
+    """The model the step is about to call and its estimated tokens (None: no call; 0 tokens
+    where nothing holds them: ``LimitedLLM.counts_ahead``)."""
     nxt = next_step(state)
     match nxt:
         case SelectTools():
@@ -111,13 +112,21 @@ def _step_call(state: RunState, deps: EngineDeps) -> tuple[LLM, int] | None:
             llm = deps.selection_llm or deps.llm
             return llm, len(state.query) // 4 + 30 * len(state.available_tools) + _completion(llm)
         case CallLLM():
+            if not _counts_ahead(deps.llm, scope):
+                return deps.llm, 0
             return deps.llm, estimate_tokens(state.messages, deps.schemas(state), None, _completion(deps.llm))
         case Answer():
+            if not _counts_ahead(deps.llm, scope):
+                return deps.llm, 0
             return deps.llm, estimate_tokens(synthesis_messages(state), None, None, _completion(deps.llm))
         case RunTools() | Done():
             return None
         case _:
             assert_never(nxt)
+
+
+def _counts_ahead(llm: LLM, scope: FlowScope) -> bool:
+    return llm.counts_ahead(scope) if isinstance(llm, LimitedLLM) else scope.capped
 
 
 def _completion(llm: LLM) -> int:
@@ -142,7 +151,7 @@ def gate(rt: Runtime, state: RunState, deps: EngineDeps) -> Gate:
                       tenant_limits=Limits(rpm=quota.rpm, tpm=quota.tpm) if quota.rpm or quota.tpm else None,
                       cost_per_day_usd=quota.cost_per_day_usd, cost_budget_usd=state.cost_budget_usd,
                       batch_id=state.batch_id, batch_cost_budget_usd=state.batch_cost_budget_usd)
-    call = _step_call(state, deps)
+    call = _step_call(state, deps, scope)
     # Every step that calls a model — tool selection too — is checked against the caps first.
     if call is None:
         return Gate(scope=scope)
