@@ -87,6 +87,7 @@ class Report:
     def __init__(self, argv: list[str]) -> None:
         self.figures: list[Figure] = []
         self.started = time.time()
+        self.load_at_start = _loadavg()  # the machine as the run found it (machine() is called at the end)
         self.argv = argv
         self.notes: list[str] = []
 
@@ -105,7 +106,8 @@ class Report:
         except OSError:
             pass
         return {"nproc": os.cpu_count(), "cpu": cpu, "python": sys.version.split()[0],
-                "platform": platform.platform(), "loadavg_at_start": _loadavg()}
+                "platform": platform.platform(), "loadavg_at_start": self.load_at_start,
+                "loadavg_at_end": _loadavg()}
 
     def table(self) -> str:
         rows = [("id", "value", "unit", "floor", "ratio", "target", "met", "n")]
@@ -125,7 +127,8 @@ class Report:
         m = doc["machine"]
         head = (f"{doc['date'][:10]} · `nproc` {m['nproc']} · {m['cpu']} · Python {m['python']} · "
                 f"{doc.get('redis_binary', '').rsplit('/', 1)[-1]} {doc.get('redis_version', '')} · "
-                f"load average at start {m['loadavg_at_start']} · {doc['elapsed_s']:.0f} s")
+                f"load average at start {m['loadavg_at_start']}, at the end {m.get('loadavg_at_end', '?')} · "
+                f"{doc['elapsed_s']:.0f} s")
         rows = ["| id | what | value | floor | ratio | target | met |", "|---|---|---|---|---|---|---|"]
         for f in self.figures:
             if f.status != "measured":
