@@ -114,8 +114,12 @@ def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher):
     rest = json.loads(in_process("runs", "--thread", thread_id, "--cursor", one["next_cursor"], "--json",
                                  env=env).stdout)
     assert [r["run_id"] for r in rest["runs"]] == [first.run_id] and rest["next_cursor"] is None
-    res = in_process("runs", "--status", "succeeded", "--limit", "50", env=env)
-    assert res.exit_code == 0 and second.run_id in res.stdout and "succeeded" in res.stdout
+    # The table's widths follow the other runs on the page (other tests' queries): a wide
+    # terminal, so that the status column is never squeezed to "…" by a long query.
+    res = in_process("runs", "--status", "succeeded", "--limit", "50", env={**env, "COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    [row] = [line for line in res.stdout.splitlines() if second.run_id in line]
+    assert "succeeded" in row, res.stdout
 
 
 def test_dag_status_watch_and_cancel(env, llm, settings):
