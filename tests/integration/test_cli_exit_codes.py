@@ -98,7 +98,7 @@ def test_cancel_wait_and_json_on_a_running_run(env, llm, dispatcher):
     assert in_process("watch", run_id, env=env).exit_code == 1
 
 
-def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher):
+def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher, monkeypatch):
     thread_id = f"cli-runs-{time.time_ns()}"
     first = dispatcher.submit(RunRequest(query=calculator_script(llm, "cli runs: one"), thread_id=thread_id))
     first.result(timeout=30)
@@ -114,9 +114,12 @@ def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher):
     rest = json.loads(in_process("runs", "--thread", thread_id, "--cursor", one["next_cursor"], "--json",
                                  env=env).stdout)
     assert [r["run_id"] for r in rest["runs"]] == [first.run_id] and rest["next_cursor"] is None
-    # The table's widths follow the other runs on the page (other tests' queries): a wide
-    # terminal, so that the status column is never squeezed to "…" by a long query.
-    res = in_process("runs", "--status", "succeeded", "--limit", "50", env={**env, "COLUMNS": "200"})
+    # The CLI's console takes its width once, when first imported (80 columns unless COLUMNS was
+    # set then, whichever test imported it): wide here, so that "succeeded" is not cut to "succee…".
+    from reactq.dispatcher.cli import common
+
+    monkeypatch.setattr(common.out, "_width", 200)
+    res = in_process("runs", "--status", "succeeded", "--limit", "50", env=env)
     assert res.exit_code == 0, res.output
     [row] = [line for line in res.stdout.splitlines() if second.run_id in line]
     assert "succeeded" in row, res.stdout
