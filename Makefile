@@ -19,8 +19,13 @@ install: $(BIN)/python
 install-local: install
 	$(BIN)/python -m reactq.dispatcher.local.demo --install-local
 
+# `make test` runs on two pytest processes, a test file at a time each (--dist loadfile: a file's
+# module fixtures, e.g. its workers, start once): the integration tests mostly wait on real
+# workers and servers, so two processes halve the wall time on 2 cores. XDIST= runs one process.
+XDIST ?= -n 2 --dist loadfile
+
 test: install
-	$(BIN)/python -m pytest -q -m "not faults and not flow and not fuzz"
+	$(BIN)/python -m pytest -q $(XDIST) -m "not faults and not flow and not fuzz"
 
 # The lock: every package any extra resolves to today, pinned for Python 3.11 and newer.
 # Run `make test-latest` first: it is the suite on exactly what `make lock` will pin.
@@ -34,7 +39,7 @@ test-latest:
 	.venv-latest/bin/pip install -q --upgrade pip
 	.venv-latest/bin/pip install -q --upgrade -e '.[test,dev]'
 	.venv-latest/bin/pip check
-	REACTQ_TEST_LATEST=1 .venv-latest/bin/python -m pytest -q -m "not faults and not flow and not fuzz"
+	REACTQ_TEST_LATEST=1 .venv-latest/bin/python -m pytest -q $(XDIST) -m "not faults and not flow and not fuzz"
 
 # The run viewer in headless Chromium (Debian's `chromium`; .ci/run installs it) via Playwright.
 install-browser: install

@@ -4,6 +4,7 @@ their tier only."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -28,3 +29,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = next((t for t in TIERS if item.get_closest_marker(t)), None)
         if tier is not None and tier not in selected:
             item.add_marker(pytest.mark.skip(reason=f"the {tier} tier runs with `make test-{tier}`"))
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``make test`` (``-n 2 --dist loadfile``): a file at a time per process, except the
+    local-model tier (tests/e2e), whose files share session fixtures (two model servers, a
+    worker) that must start once, in one process, as in a run without xdist."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrTier(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope = super()._split_scope(nodeid)
+            return "tests/e2e" if scope.startswith("tests/e2e/") else scope
+
+    return FileOrTier(config, log)

@@ -98,7 +98,7 @@ def test_cancel_wait_and_json_on_a_running_run(env, llm, dispatcher):
     assert in_process("watch", run_id, env=env).exit_code == 1
 
 
-def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher):
+def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher, monkeypatch):
     thread_id = f"cli-runs-{time.time_ns()}"
     first = dispatcher.submit(RunRequest(query=calculator_script(llm, "cli runs: one"), thread_id=thread_id))
     first.result(timeout=30)
@@ -114,8 +114,15 @@ def test_runs_lists_newest_first_with_filters_and_pages(env, llm, dispatcher):
     rest = json.loads(in_process("runs", "--thread", thread_id, "--cursor", one["next_cursor"], "--json",
                                  env=env).stdout)
     assert [r["run_id"] for r in rest["runs"]] == [first.run_id] and rest["next_cursor"] is None
+    # The CLI's console takes its width once, when first imported (80 columns unless COLUMNS was
+    # set then, whichever test imported it): wide here, so that "succeeded" is not cut to "succee…".
+    from reactq.dispatcher.cli import common
+
+    monkeypatch.setattr(common.out, "_width", 200)
     res = in_process("runs", "--status", "succeeded", "--limit", "50", env=env)
-    assert res.exit_code == 0 and second.run_id in res.stdout and "succeeded" in res.stdout
+    assert res.exit_code == 0, res.output
+    [row] = [line for line in res.stdout.splitlines() if second.run_id in line]
+    assert "succeeded" in row, res.stdout
 
 
 def test_dag_status_watch_and_cancel(env, llm, settings):
@@ -142,7 +149,8 @@ def test_dag_status_watch_and_cancel(env, llm, settings):
                                  reply_text("never")], "never")
     running = dags.submit(DagRequest(goal=goal2, steps=[{"id": "s", "task": slow_task}]))
     deadline = time.monotonic() + 20
-    while running.status()["steps"][0].get("status") != "running" and time.monotonic() < deadline:
+    # (No steps are listed until the DAG's start task has run: on a busy machine, a moment.)
+    while (running.status()["steps"] or [{}])[0].get("status") != "running" and time.monotonic() < deadline:
         time.sleep(0.1)
     res = in_process("dag", "cancel", running.dag_id, env=env)
     assert res.exit_code == 0 and "cancel requested" in res.stdout

@@ -77,18 +77,23 @@ def test_a_tool_call_reaching_a_worker_without_the_tool_runs_where_the_tool_is(
     with TestClient(create_app(fleet.d.settings)) as client:
         listed = [t["name"] for t in client.get("/v1/tools").json()["tools"]]
     assert "slow" in listed and "calculator" in listed, "every live worker's tools"
-    runs = [_slow_run(fleet, llm, f"mix-{i}-{uuid.uuid4().hex[:4]}") for i in range(8)]
-    for h, q in runs:
-        tools, errors = _tool_events(h)
-        assert h.result(timeout=30)["status"] == "succeeded"
-        assert [t.get("observation") for t in tools] == [f"slow {q.split()[1]} done"], (tools[0].get("error"), errors)
-        assert errors == []
-        # Every LLM call was shown the tool, whichever worker made it.
-        for body in llm.requests_for(q):
-            if not body.get("stream"):
-                assert "slow" in [t["function"]["name"] for t in body.get("tools") or []]
-        assert set(_ran_on(fleet.r, q.split()[1])) == {full.proc.pid}
-    assert _handed_on(plain.log) >= 1, "with 8 runs some call reached the plain worker first"
+    # Rounds of 8 runs until some call reached the plain worker first (most often the first
+    # round does; which worker takes a call is up to the broker and the machine's load).
+    for round_ in range(4):
+        runs = [_slow_run(fleet, llm, f"mix-{round_}{i}-{uuid.uuid4().hex[:4]}") for i in range(8)]
+        for h, q in runs:
+            tools, errors = _tool_events(h)
+            assert h.result(timeout=30)["status"] == "succeeded"
+            assert [t.get("observation") for t in tools] == [f"slow {q.split()[1]} done"], (tools[0].get("error"), errors)
+            assert errors == []
+            # Every LLM call was shown the tool, whichever worker made it.
+            for body in llm.requests_for(q):
+                if not body.get("stream"):
+                    assert "slow" in [t["function"]["name"] for t in body.get("tools") or []]
+            assert set(_ran_on(fleet.r, q.split()[1])) == {full.proc.pid}
+        if _handed_on(plain.log) >= 1:
+            break
+    assert _handed_on(plain.log) >= 1, "with 32 runs some call reached the plain worker first"
 
 
 def test_a_made_up_name_is_answered_at_once_and_a_missing_tool_waits_then_errors(

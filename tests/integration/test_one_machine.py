@@ -11,6 +11,7 @@ import pytest
 
 from reactq.dispatcher.client import Dispatcher
 from reactq.dispatcher.local.workers import ensure_workers, stop_workers
+from reactq.shared.redisconn import stop_embedded
 from reactq.shared.requests import RunRequest
 from tests.integration.conftest import LLMFixture
 from tests.scripted_server import reply_text
@@ -42,4 +43,6 @@ def test_a_dispatcher_without_a_url_and_the_local_workers_deliver_a_webhook(
         assert signature_ok(got[0])
     finally:
         stop_workers(d.settings)
+        # d.settings has the embedded server's URL, so stop_workers leaves that server up.
+        stop_embedded(tmp_path / "data")
         receiver.stop()

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from reactq.shared.llm.testing import ScriptedLLM, final, tool_calls
+from reactq.shared.tools import isolation
 from tests.unit.engine_kit import run
 
 pytestmark = pytest.mark.integration
@@ -73,9 +74,15 @@ def test_the_run_blocks_run_as_written(workdir, section):
         assert proc.returncode == 0, f"{section}:\n{code}\n--- stderr:\n{proc.stderr[-3000:]}"
 
 
-async def test_the_example_tools_and_hooks_work_together_in_a_run(workdir, monkeypatch):
+async def test_the_example_tools_and_hooks_work_together_in_a_run(workdir, monkeypatch, request):
     monkeypatch.syspath_prepend(str(workdir))
     monkeypatch.chdir(workdir)
+    # A tool runs in a tool-runner child, which keeps the working directory it was started in:
+    # idle children an earlier test of this process started would write invoices.log elsewhere.
+    fresh = isolation.ToolProcessPool()
+    monkeypatch.setattr(isolation, "_pool", fresh)
+    monkeypatch.setattr(isolation, "_pool_pid", os.getpid())
+    request.addfinalizer(fresh.close)
     (workdir / "invoices.log").unlink(missing_ok=True)
     from myhooks import HOOKS
     from mytools import TOOLS
