@@ -5,7 +5,7 @@ each figure is added to a ``reactq:metrics:{family}`` hash with ``HINCRBY`` /
 ``HINCRBYFLOAT`` — a commit carries the step's counts (runs started and ended, in flight) and
 applies them only if it wins; the rest (an LLM call's, flow control's, the durations of turns
 and tool calls once their commit won) are summed in the process (``Sums``) and written once a
-second, with a step's round trip or by a thread of their own — and the gateway's
+second by a thread of their own — and the gateway's
 ``GET /metrics`` (``dispatcher/http/metrics.py``) reads the hashes and renders them in the
 Prometheus text format. Nothing is ever reset: the values are monotonic counters, as
 Prometheus expects, across worker restarts.
@@ -115,16 +115,18 @@ class Batch:
 
 class Sums:
     """The best-effort counters of one process, summed in memory and written every
-    ``every_s`` (one ``HINCRBY`` per field, not one per call): riding on the round trip of the
-    step that finds them due, or sent by a background thread when no step comes (and at
-    exit). A crash loses at most ``every_s`` of them, as it loses a step's deferred writes."""
+    ``every_s`` (one ``HINCRBY`` per field, not one per call) by a thread of their own, and at
+    exit. A crash loses at most ``every_s`` of them, as it loses a step's deferred writes.
+
+    They never ride on a step's round trip: what a step defers goes into its own box, and a
+    write deferred from a context that outlived its step (an async generator finalized late)
+    would take every thread's sums down with that box."""
 
     def __init__(self, client: redis.Redis, every_s: float) -> None:
         self.client = client
         self.every_s = every_s
         self._sums: dict[tuple[str, str, str], float] = {}
         self._lock = threading.Lock()
-        self._last = time.monotonic()
         self._thread: threading.Thread | None = None
 
     def add(self, ops: list[Op]) -> None:
@@ -140,8 +142,6 @@ class Sums:
                 else:
                     now.append(op)  # gauges (HSET / HDEL) are not sums
             self._start()
-        if time.monotonic() - self._last >= self.every_s:
-            now += self.take()
         if now:
             defer(self.client, now)
 
@@ -149,7 +149,6 @@ class Sums:
         """The sums as commands (they leave the process)."""
         with self._lock:
             sums, self._sums = self._sums, {}
-            self._last = time.monotonic()
         return [Op((cmd, key, field, int(v) if cmd == "HINCRBY" else repr(v)))
                 for (cmd, key, field), v in sums.items()]
 
@@ -169,9 +168,8 @@ class Sums:
 
     def _run(self) -> None:
         while True:
-            time.sleep(self.every_s / 2)
-            if time.monotonic() - self._last >= self.every_s:
-                self.flush()
+            time.sleep(self.every_s)
+            self.flush()
 
 
 #: The value of a ``tool`` or ``model`` label that is not a registered name.
