@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -106,28 +107,40 @@ def e2e_settings(e2e_redis: str, recorder: Any, recorder_fc: Any,
     return Settings(redis_url=e2e_redis, models=registry)
 
 
-@pytest.fixture(scope="session")
-def e2e_worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextmanager
+def local_worker(settings: Settings, log: Path, *, name: str, cwd: Path, pythonpath: str,
+                 **env_extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A real ``celery worker`` (as ``reactq worker`` starts it) on the tier's Redis and local
+    model registry, with none of this process's ``REACTQ_``/``OPENAI_`` settings: ready when
+    its log says so, stopped (its whole process group) at the end."""
     from reactq.dispatcher.local.workers import worker_command
 
-    log = tmp_path_factory.mktemp("e2e-worker") / "worker.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
-    env.update(REACTQ_REDIS_URL=str(e2e_settings.redis_url), REACTQ_MODELS=str(e2e_settings.models),
-               PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(worker_command(concurrency=4, name="e2e@%h"), cwd=ROOT, env=env,
+    env.update(REACTQ_REDIS_URL=str(settings.redis_url), REACTQ_MODELS=str(settings.models),
+               PYTHONPATH=pythonpath, PYTHONUNBUFFERED="1", **env_extra)
+    proc = subprocess.Popen(worker_command(concurrency=4, name=name), cwd=cwd, env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 60
     while " ready." not in log.read_text(errors="replace"):
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the e2e worker did not start:\n{log.read_text(errors='replace')[-3000:]}")
+            raise RuntimeError(f"worker {name} did not start:\n{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.1)
-    yield proc
-    os.killpg(proc.pid, signal.SIGTERM)
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="session")
+def e2e_worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    log = tmp_path_factory.mktemp("e2e-worker") / "worker.log"
+    with local_worker(e2e_settings, log, name="e2e@%h", cwd=ROOT, pythonpath=str(ROOT)) as proc:
+        yield proc
 
 
 @pytest.fixture

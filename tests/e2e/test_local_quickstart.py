@@ -12,9 +12,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import signal
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +20,7 @@ import pytest
 
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
+from tests.e2e.conftest import local_worker
 
 pytestmark = [pytest.mark.local_model, pytest.mark.timeout(900)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,28 +50,12 @@ SOURCE, TOOLS, REQUEST = _quickstart()
 def readers_worker(e2e_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """`reactq worker &` with the README's ``export REACTQ_TOOLS=… PYTHONPATH=.``, in a directory
     holding the reader's quickstart.py. Yields the worker's log."""
-    from reactq.dispatcher.local.workers import worker_command
-
     where = tmp_path_factory.mktemp("e2e-quickstart")
     (where / "quickstart.py").write_text(SOURCE)
     log = where / "worker.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("REACTQ_", "OPENAI_"))}
-    env.update(REACTQ_REDIS_URL=str(e2e_settings.redis_url), REACTQ_MODELS=str(e2e_settings.models),
-               REACTQ_TOOLS=TOOLS, PYTHONPATH=f"{where}{os.pathsep}{ROOT}", PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(worker_command(concurrency=4, name="e2e-quickstart@%h"), cwd=where, env=env,
-                            stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while " ready." not in log.read_text(errors="replace"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the reader's worker did not start:\n{log.read_text(errors='replace')[-3000:]}")
-        time.sleep(0.1)
-    yield log
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    with local_worker(e2e_settings, log, name="e2e-quickstart@%h", cwd=where,
+                      pythonpath=f"{where}{os.pathsep}{ROOT}", REACTQ_TOOLS=TOOLS):
+        yield log
 
 
 def test_the_readme_quickstart_is_answered_right_with_the_readers_tool_every_time(
