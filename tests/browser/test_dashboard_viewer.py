@@ -12,6 +12,7 @@ from tests.browser.conftest import GatewayProc, shot
 from tests.browser.test_viewer import wait_js
 from tests.integration.conftest import LLMFixture
 from tests.scripted_server import reply_text, reply_tool_calls
+from tests.metrics_kit import settled
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration]
 
@@ -29,10 +30,7 @@ def _batch_to_the_end(gw: GatewayProc, llm: LLMFixture) -> str:
         while (body := c.get(f"/v1/batches/{batch_id}").json())["status"] != "done":
             assert time.monotonic() < deadline, body
             time.sleep(0.2)
-        # Turn times reach the figures within REACTQ_METRICS_FLUSH_S (workers sum them first).
-        deadline = time.monotonic() + 5
-        while not c.get("/v1/ui/dashboard").json()["turn_seconds"] and time.monotonic() < deadline:
-            time.sleep(0.1)
+        settled(lambda: c.get("/v1/ui/dashboard").json(), lambda d: (d["turn_seconds"] or {}).get("count"))
     return batch_id
 
 

@@ -12,7 +12,6 @@ and one with llama-cpp-python's ``chatml-function-calling`` for native tool call
 
 from __future__ import annotations
 
-import time
 
 from typing import Any
 
@@ -26,6 +25,7 @@ from reactq.shared.engine.prompts import ANSWER_NOW
 from reactq.shared.engine.state import TERMINAL_STATUSES
 from reactq.shared.events import Event
 from reactq.shared.requests import RunRequest
+from tests.metrics_kit import settled
 
 pytestmark = [pytest.mark.local_model, pytest.mark.timeout(300)]
 
@@ -111,17 +111,14 @@ def test_a_native_run_and_the_tool_result_in_its_next_request(e2e_dispatcher, e2
     assert len(sent) >= 2
     assert any(m["role"] == "user" and done[0]["observation"] in (m.get("content") or "")
                and m["content"].startswith("Result of the tool call calculator") for m in sent[1]), sent[1]
-    # The worker metered the real model's calls (written within REACTQ_METRICS_FLUSH_S).
+    # The worker metered the real model's calls.
     key = (("model", FC_MODEL),)
-    deadline = time.monotonic() + 5
-    while True:
-        after = snapshot(e2e_settings)
-        calls = after.get("reactq_llm_call_seconds_count", {}).get(key, 0) - \
-            before.get("reactq_llm_call_seconds_count", {}).get(key, 0)
-        if calls >= result["usage"]["llm_calls"] or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert calls >= result["usage"]["llm_calls"]
+
+    def calls(snap: dict[str, Any]) -> float:
+        return float(snap.get("reactq_llm_call_seconds_count", {}).get(key, 0))
+
+    after = settled(lambda: snapshot(e2e_settings), lambda after: calls(after) - calls(before) >= result["usage"]["llm_calls"])
+    assert calls(after) - calls(before) >= result["usage"]["llm_calls"]
 
 
 @pytest.mark.parametrize("sample", ["multiply", "word-count"])

@@ -57,6 +57,7 @@ from reactq.shared.fork.models import BatchForked, DagForked, ForkCreated
 from tests.integration.conftest import worker_env
 from tests.integration.test_gateway import Gateway, read_sse, start_gateway, stop_gateway
 from tests.scripted_server import reply_text, reply_tool_calls
+from tests.metrics_kit import settled
 
 pytestmark = pytest.mark.integration
 TOKEN = "contract-token"
@@ -248,12 +249,8 @@ def test_every_route_answers_its_declared_model(api: httpx2.Client, spec: dict[s
     assert models.published and all(m.use is not None for m in models.models)
     check("GET", "/v1/flow/models", FlowModels, 200)
     check("GET", "/v1/ui/config", UiConfig, 200)
-    deadline = time.monotonic() + 5  # turn times arrive within REACTQ_METRICS_FLUSH_S
-    while True:
-        dash: Dashboard = check("GET", "/v1/ui/dashboard", Dashboard, 200)
-        if dash.turn_seconds is not None or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
+    dash: Dashboard = settled(lambda: check("GET", "/v1/ui/dashboard", Dashboard, 200),
+                              lambda dash: dash.turn_seconds is not None and dash.turn_seconds.count >= 1)
     assert dash.runs >= 1 and dash.turn_seconds is not None and dash.turn_seconds.count >= 1
 
     rq = llm.script(llm.unique("contract response"), [reply_text("r")], synthesis=reply_text("r"))

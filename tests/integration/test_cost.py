@@ -3,7 +3,6 @@ the scripted LLM's reported usage, a registry entry with a ``price``."""
 
 from __future__ import annotations
 
-import time
 
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +13,7 @@ from reactq.dispatcher.http.metrics import snapshot
 from reactq.shared.requests import RunRequest
 from tests.integration.flow_kit import FlowCluster
 from tests.scripted_server import reply_text, reply_tool_calls
+from tests.metrics_kit import settled
 
 pytestmark = pytest.mark.integration
 
@@ -51,7 +51,5 @@ def test_done_usage_is_every_billed_call_priced_to_the_fraction_of_a_cent(cluste
     # = 2150 + 3100 + 10000 micro-dollars
     assert usage["cost_usd"] == 0.01525
     key = (("model", "scripted"), ("tenant", "default"))
-    deadline = time.monotonic() + 5  # workers write their summed counters once a second
-    while (after := _cost_metric(cluster)).get(key, 0.0) == before.get(key, 0.0) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    after = settled(lambda: _cost_metric(cluster), lambda after: after.get(key, 0.0) != before.get(key, 0.0))
     assert after.get(key, 0.0) - before.get(key, 0.0) == pytest.approx(0.01525, abs=1e-12)

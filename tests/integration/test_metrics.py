@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import time
 from typing import Any
 
 import pytest
@@ -17,6 +16,7 @@ from reactq.dispatcher.http.metrics import counter_family, histogram_family, ren
 from reactq.shared.requests import RunRequest
 from reactq.shared.settings import Settings
 from tests.scripted_server import reply_error, reply_text, reply_tool_calls
+from tests.metrics_kit import settled
 
 pytestmark = pytest.mark.integration
 
@@ -32,14 +32,8 @@ def _sum(snap: dict[str, Any], name: str, **labels: str) -> float:
 
 
 def _settled(settings: Settings, ready: Any) -> dict[str, Any]:
-    """A snapshot once ``ready(snapshot)``: workers write an LLM call's counters within
-    ``REACTQ_METRICS_FLUSH_S`` (1 s), summed, not with the step that made the call."""
-    deadline = time.monotonic() + 5
-    while True:
-        snap = snapshot(settings)
-        if ready(snap) or time.monotonic() > deadline:
-            return snap
-        time.sleep(0.1)
+    """A snapshot once ``ready(snapshot)`` (the workers' summed counters are in)."""
+    return settled(lambda: snapshot(settings), ready)
 
 
 @pytest.mark.core
