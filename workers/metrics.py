@@ -162,7 +162,9 @@ class Sums:
                 log.warning("metrics not sent: %s", exc)
 
     def _start(self) -> None:
-        if self._thread is None or not self._thread.is_alive():
+        if self._thread is None:  # the first sum: what is left at exit goes out then
+            atexit.register(self.flush)
+        if self._thread is None or not self._thread.is_alive():  # none yet, or a forked child's
             self._thread = threading.Thread(target=self._run, daemon=True, name="reactq-metrics")
             self._thread.start()
 
@@ -190,7 +192,6 @@ class Recorder:
         self.client = client
         self.keys = keys
         self.sums = Sums(client, flush_every_s)
-        atexit.register(self.sums.flush)
         self._known_fn = known
         self._known: dict[str, frozenset[str]] | None = None
         # Counters go to this process's shard: every worker increments a different hash, so
